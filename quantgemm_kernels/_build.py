@@ -1,0 +1,159 @@
+"""Compile the C++/CUDA kernels with ``torch.utils.cpp_extension.load`` on first use.
+
+What this adds to a bare ``load()`` call, and why:
+
+* **Source selection.** A CPU-only torch cannot compile ``.cu`` files (``CUDA_HOME`` is ``None``
+  there), so the CUDA sources join the build only when a GPU, a CUDA torch and ``nvcc`` are all
+  present. ``QUANTGEMM_NO_CUDA=1`` forces a CPU-only build.
+* **A cache keyed by every file.** torch's own check hashes the listed sources only, so an edited
+  header would be missed. We hash all of ``csrc/`` (headers and ``.def`` tables too), the flags,
+  the torch and Python versions, and build into a directory named after that hash.
+* **No hang on a stale lock.** torch serialises builds with a ``lock`` file that a killed build
+  leaves behind, after which every ``load()`` waits forever. We take an OS lock (``flock``, freed
+  by the kernel when a process dies) around the build; whoever holds it may delete torch's file.
+  Two notebooks building at once: the second waits for the first, then loads its result.
+* **One status line** while compiling, and a clear message when no compiler is found.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import platform
+import shutil
+import sys
+import time
+from pathlib import Path
+
+CSRC = Path(__file__).resolve().parent / "csrc"
+_loaded: dict | None = None
+
+
+def cache_root() -> Path:
+    """Where builds live: ``$QUANTGEMM_CACHE`` or ``~/.cache/quantgemm_kernels`` (never in git)."""
+    env = os.environ.get("QUANTGEMM_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "quantgemm_kernels"
+
+
+def cuda_build_possible() -> bool:
+    """True when the CUDA sources can be compiled and run here."""
+    if os.environ.get("QUANTGEMM_NO_CUDA") == "1":
+        return False
+    import torch
+    from torch.utils import cpp_extension as ce
+
+    return bool(
+        torch.cuda.is_available()
+        and torch.version.cuda is not None
+        and ce.CUDA_HOME is not None
+        and os.path.exists(os.path.join(ce.CUDA_HOME, "bin", "nvcc"))
+    )
+
+
+def _cpu_arch_flags() -> list[str]:
+    machine = platform.machine().lower()
+    if machine in ("x86_64", "amd64"):
+        return ["-march=native"]  # picks AVX2 / AVX-512 VNNI where the CPU has them
+    if machine in ("aarch64", "arm64"):
+        return ["-mcpu=native"]
+    return []
+
+
+def build_config(with_cuda: bool) -> dict:
+    sources = [CSRC / "bindings.cpp", *sorted((CSRC / "cpu").glob("*.cpp"))]
+    if with_cuda:
+        sources += sorted((CSRC / "cuda").glob("*.cu"))
+    # -ffp-contract=off: no silent fused multiply-adds, so the quantizers round exactly as
+    # llama.cpp's C reference does; kernels that want an FMA write fmaf() themselves.
+    cflags = ["-O3", "-std=c++17", "-ffp-contract=off", *_cpu_arch_flags()]
+    cuda_flags = ["-O3", "-std=c++17", "-lineinfo"]
+    if with_cuda:
+        cflags.append("-DWITH_CUDA")
+        cuda_flags.append("-DWITH_CUDA")
+    return {"sources": sources, "cflags": cflags, "cuda_flags": cuda_flags, "with_cuda": with_cuda}
+
+
+def _fingerprint(cfg: dict) -> str:
+    import torch
+
+    h = hashlib.sha256()
+    for f in sorted(p for p in CSRC.rglob("*") if p.is_file()):
+        h.update(str(f.relative_to(CSRC)).encode())
+        h.update(f.read_bytes())
+    h.update(repr((cfg["cflags"], cfg["cuda_flags"], [s.name for s in cfg["sources"]])).encode())
+    h.update(f"{torch.__version__}|{sys.version_info[:2]}|{os.environ.get('TORCH_CUDA_ARCH_LIST', '')}".encode())
+    return h.hexdigest()[:16]
+
+
+def _check_compiler(with_cuda: bool) -> None:
+    cxx = os.environ.get("CXX", "c++")
+    if shutil.which(cxx) is None and shutil.which("g++") is None:
+        raise RuntimeError(
+            "quantgemm_kernels: no C++ compiler found (looked for $CXX, c++, g++). Install one "
+            "(Debian/Ubuntu: apt-get install build-essential) to build the kernels. The numpy "
+            "reference, quantgemm_kernels.reference and quantgemm_kernels.formats, works without it."
+        )
+    if shutil.which("ninja") is None:
+        try:
+            import ninja  # noqa: F401  (the pip wheel puts a ninja binary on PATH)
+        except ImportError:
+            raise RuntimeError("quantgemm_kernels: ninja is required to build (pip install ninja)") from None
+
+
+def load_extension() -> dict:
+    """Build (if needed) and load the extension; return ``{"ops", "with_cuda", "path"}``."""
+    global _loaded
+    if _loaded is not None:
+        return _loaded
+    import torch
+
+    with_cuda = cuda_build_possible()
+    cfg = build_config(with_cuda)
+    tag = f"{'cuda' if with_cuda else 'cpu'}-{_fingerprint(cfg)}"
+    root = cache_root()
+    build_dir = root / tag
+    build_dir.mkdir(parents=True, exist_ok=True)
+    name = f"quantgemm_{tag.replace('-', '_')}"
+    so_path = build_dir / f"{name}.so"
+    done_marker = build_dir / "built.ok"
+
+    with open(root / f"{tag}.flock", "w") as lockfile:
+        fcntl.flock(lockfile, fcntl.LOCK_EX)  # released by the OS if this process dies
+        try:
+            if not (done_marker.exists() and so_path.exists()):
+                _check_compiler(with_cuda)
+                stale = build_dir / "lock"  # torch's FileBaton; only a dead build can have left it
+                if stale.exists():
+                    stale.unlink()
+                _compile(cfg, name, build_dir, with_cuda)
+                done_marker.write_text(tag)
+            torch.ops.load_library(str(so_path))
+        finally:
+            fcntl.flock(lockfile, fcntl.LOCK_UN)
+    _loaded = {"ops": torch.ops.quantgemm, "with_cuda": with_cuda, "path": str(so_path)}
+    return _loaded
+
+
+def _compile(cfg: dict, name: str, build_dir: Path, with_cuda: bool) -> None:
+    from torch.utils.cpp_extension import load
+
+    os.environ.setdefault("MAX_JOBS", str(os.cpu_count() or 1))
+    what = "CPU + CUDA" if with_cuda else "CPU"
+    print(f"quantgemm_kernels: compiling the {what} kernels (first use after a source change) ...",
+          end="", file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    try:
+        load(
+            name=name,
+            sources=[str(s) for s in cfg["sources"]],
+            extra_cflags=cfg["cflags"],
+            extra_cuda_cflags=cfg["cuda_flags"],
+            build_directory=str(build_dir),
+            with_cuda=with_cuda,
+            is_python_module=False,
+            verbose=False,
+        )
+    except Exception:
+        print(" failed", file=sys.stderr, flush=True)
+        raise
+    print(f" done in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)

@@ -1,0 +1,161 @@
+"""The public functions: quantize, dequantize, gemm, gemm_quantized.
+
+Every function checks its inputs here, before anything is compiled or launched, and raises a
+``TypeError`` (wrong dtype or type) or ``ValueError`` (wrong device, shape, K, layout, name) that
+names the argument, what was expected and what came. The compiled operators check again.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+
+import torch
+
+from . import formats as F
+from ._build import load_extension
+from .registry import KERNELS, Kernel
+
+_SUM_MODE = {"d_sum_q": 0, "sum_x": 1}
+# Largest |x| whose scale still fits in fp16 (65504): Q4_0 d = max/8, Q8_0 and Q8_1 d = amax/127.
+_FP16_MAX = 65504.0
+_SCALE_DIV = {"q4_0": 8.0, "q8_0": 127.0, "q8_1": 127.0}
+
+
+def _ops():
+    return load_extension()["ops"]
+
+
+def cuda_kernels_built() -> bool:
+    """True when the loaded extension includes the CUDA kernels (builds it if needed)."""
+    return load_extension()["with_cuda"]
+
+
+def _check_tensor(t, name: str, dtype: torch.dtype) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype != dtype:
+        raise TypeError(f"{name} must be {dtype}, got {t.dtype}")
+    if t.dim() != 2:
+        raise ValueError(f"{name} must be 2-D, got shape {tuple(t.shape)}")
+    if t.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"{name} must be on a CPU or CUDA device, got {t.device}")
+    if not t.is_contiguous():
+        raise ValueError(f"{name} must be contiguous (row-major), got strides {t.stride()}: call .contiguous()")
+
+
+def _check_fmt(fmt) -> None:
+    if fmt not in F.FORMATS:
+        raise ValueError(f"fmt must be one of {F.FORMATS}, got {fmt!r}")
+
+
+def _check_k(K: int, name: str) -> None:
+    if K == 0 or K % F.QK:
+        raise ValueError(f"{name}: K ({K}) must be a positive multiple of {F.QK}, the block size")
+
+
+def _check_device(t: torch.Tensor, name: str) -> None:
+    if t.device.type == "cuda" and not cuda_kernels_built():
+        raise ValueError(f"{name} is on {t.device} but the CUDA kernels are not built here "
+                         "(no nvcc/CUDA torch, or QUANTGEMM_NO_CUDA=1); move it to the CPU")
+
+
+def quantize(x: torch.Tensor, fmt: str, *, q8_1_sum: str = "d_sum_q", check_finite: bool = True) -> torch.Tensor:
+    """Quantize float32 rows ``x [rows, K]`` to llama.cpp's blocks, on x's device.
+
+    Returns uint8 ``[rows, K // 32 * block_bytes]`` holding exactly llama.cpp's bytes.
+    ``q8_1_sum`` picks what a Q8_1 block's ``s`` holds: ``"d_sum_q"`` (d * sum(q), llama.cpp's
+    reference quantizer; default) or ``"sum_x"`` (sum of x, ggml-cuda's activation quantizer).
+    Non-finite input raises (llama.cpp's result for it is undefined); a scale beyond fp16's range
+    is stored as inf, as llama.cpp stores it, with a warning.
+    """
+    _check_tensor(x, "x", torch.float32)
+    _check_fmt(fmt)
+    if q8_1_sum not in _SUM_MODE:
+        raise ValueError(f"q8_1_sum must be one of {tuple(_SUM_MODE)}, got {q8_1_sum!r}")
+    _check_k(x.shape[1], "x")
+    _check_device(x, "x")
+    if x.numel() and check_finite:
+        amax = float(x.abs().max())
+        if not math.isfinite(amax):
+            raise ValueError("x contains NaN or Inf: llama.cpp's quantizers give undefined bytes for them")
+        if amax / _SCALE_DIV[fmt] > _FP16_MAX:
+            warnings.warn(f"max |x| = {amax:.3g}: the {fmt} scale overflows fp16 and is stored as inf "
+                          "(as llama.cpp stores it); those blocks dequantize to inf/nan", RuntimeWarning, stacklevel=2)
+    return _ops().quantize(x, fmt, _SUM_MODE[q8_1_sum])
+
+
+def dequantize(q: torch.Tensor, fmt: str) -> torch.Tensor:
+    """Inverse of :func:`quantize`: uint8 blocks ``[rows, K/32*block_bytes]`` -> float32 ``[rows, K]``."""
+    _check_tensor(q, "q", torch.uint8)
+    _check_fmt(fmt)
+    bb = F.BLOCK_BYTES[fmt]
+    if q.shape[1] == 0 or q.shape[1] % bb:
+        raise ValueError(f"q: a row of {q.shape[1]} bytes is not a whole number of {fmt} blocks ({bb} B each)")
+    _check_device(q, "q")
+    return _ops().dequantize(q, fmt)
+
+
+def _kernel(kernel) -> Kernel:
+    if isinstance(kernel, Kernel):
+        kernel = kernel.name
+    if kernel not in KERNELS:
+        raise ValueError(f"unknown kernel {kernel!r}; see quantgemm_kernels.KERNELS for the {len(KERNELS)} names")
+    return KERNELS[kernel]
+
+
+def _check_operand(t, name: str, fmt: str) -> int:
+    """Check one GEMM operand in format ``fmt``; return its K."""
+    if fmt == "f32":
+        _check_tensor(t, name, torch.float32)
+        K = t.shape[1]
+    else:
+        _check_tensor(t, name, torch.uint8)
+        bb = F.BLOCK_BYTES[fmt]
+        if t.shape[1] % bb:
+            raise ValueError(f"{name}: a row of {t.shape[1]} bytes is not a whole number of {fmt} blocks "
+                             f"({bb} B each); pass the output of quantize(W, {fmt!r})")
+        K = t.shape[1] // bb * F.QK
+    _check_k(K, name)
+    return K
+
+
+def _check_pair(A, W, k: Kernel, afmt: str) -> None:
+    Ka = _check_operand(A, "A", afmt)
+    Kw = _check_operand(W, "W", k.wfmt)
+    if Ka != Kw:
+        raise ValueError(f"A and W disagree on K: A [N, K] has K={Ka}, W [M, K] has K={Kw}")
+    if A.device != W.device:
+        raise ValueError(f"A and W must be on the same device, got A on {A.device} and W on {W.device}")
+    if A.device.type != k.device:
+        raise ValueError(f"kernel {k.name!r} runs on {k.device}, but the inputs are on {A.device}")
+    _check_device(A, "A")
+    if k.device == "cuda":
+        for t, name in ((A, "A"), (W, "W")):
+            if t.data_ptr() % 16:
+                raise ValueError(f"{name}'s data must start on a 16-byte boundary for the CUDA kernels "
+                                 "(it is a view at an offset): pass a .clone()")
+
+
+def gemm(A: torch.Tensor, W: torch.Tensor, kernel: str) -> torch.Tensor:
+    """``C [N, M] = A [N, K] @ W [M, K]^T`` with a registered kernel (a name from ``KERNELS``).
+
+    ``A`` is float32. ``W`` is float32 for f32 kernels, else the bytes of ``quantize(W, fmt)`` in
+    the kernel's weight format. Kernels with 8-bit activations quantize ``A`` first, on its device,
+    as llama.cpp's mul_mat does (use :func:`gemm_quantized` to pass quantized activations).
+    """
+    k = _kernel(kernel)
+    _check_tensor(A, "A", torch.float32)
+    if k.afmt == "f32":
+        _check_pair(A, W, k, "f32")
+        return _ops().gemm(A, W, k.name)
+    Aq = quantize(A, k.afmt, q8_1_sum=k.q8_1_sum)
+    return gemm_quantized(Aq, W, k)
+
+
+def gemm_quantized(Aq: torch.Tensor, W: torch.Tensor, kernel: str) -> torch.Tensor:
+    """The GEMM step alone, for kernels with 8-bit activations: ``Aq`` = ``quantize(A, "q8_1")``."""
+    k = _kernel(kernel)
+    if k.afmt == "f32":
+        raise ValueError(f"kernel {k.name!r} takes float32 activations: call gemm(A, W, {k.name!r})")
+    _check_pair(Aq, W, k, k.afmt)
+    return _ops().gemm(Aq, W, k.name)

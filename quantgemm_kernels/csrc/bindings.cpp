@@ -1,0 +1,239 @@
+// bindings.cpp: the only file that sees torch::Tensor.
+//
+// It registers four operators under torch.ops.quantgemm, checks every input before a kernel sees
+// a pointer (dtype, device, shape, contiguity, alignment), allocates the output and calls the
+// kernel: CPU kernels split over threads with at::parallel_for, CUDA launchers on the current
+// stream with a launch check. The Python layer (quantgemm_kernels/api.py) checks the same things
+// first with friendlier messages; these checks are the last line before memory is touched.
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+#include <torch/all.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "gemm.h"
+
+#define QG_CPU_KERNEL(name, wfmt, afmt) void name(const GemmProblem& p, int m_begin, int m_end);
+#include "cpu/kernels.def"
+#undef QG_CPU_KERNEL
+
+#ifdef WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include "cuda/launchers.h"
+#endif
+
+namespace {
+
+struct FormatInfo { const char* name; QgFormat fmt; int64_t block_bytes; };
+const FormatInfo FORMATS[] = {{"q4_0", QG_Q4_0, 18}, {"q8_0", QG_Q8_0, 34}, {"q8_1", QG_Q8_1, 36}};
+
+const FormatInfo& format_info(const std::string& fmt) {
+    for (const auto& f : FORMATS) if (fmt == f.name) return f;
+    TORCH_CHECK_VALUE(false, "unknown format '", fmt, "': expected one of q4_0, q8_0, q8_1");
+}
+
+void check_float_rows(const at::Tensor& x, const char* what) {
+    TORCH_CHECK_TYPE(x.scalar_type() == at::kFloat, what, " must be float32, got ", x.scalar_type());
+    TORCH_CHECK_VALUE(x.dim() == 2, what, " must be 2-D [rows, K], got ", x.dim(), "-D");
+    TORCH_CHECK_VALUE(x.is_contiguous(), what, " must be contiguous (call .contiguous())");
+    TORCH_CHECK_VALUE(x.size(1) > 0 && x.size(1) % QK == 0, what, ": K (", x.size(1),
+                      ") must be a positive multiple of 32");
+}
+
+void check_block_rows(const at::Tensor& q, const FormatInfo& f, const char* what) {
+    TORCH_CHECK_TYPE(q.scalar_type() == at::kByte, what, " must be uint8 blocks, got ", q.scalar_type());
+    TORCH_CHECK_VALUE(q.dim() == 2, what, " must be 2-D [rows, K/32*", f.block_bytes, "], got ", q.dim(), "-D");
+    TORCH_CHECK_VALUE(q.is_contiguous(), what, " must be contiguous");
+    TORCH_CHECK_VALUE(q.size(1) > 0 && q.size(1) % f.block_bytes == 0, what, ": row of ", q.size(1),
+                      " bytes is not a whole number of ", f.name, " blocks (", f.block_bytes, " B)");
+}
+
+// ---------------------------------------------------------------- quantize / dequantize
+at::Tensor quantize_cpu(const at::Tensor& x, c10::string_view fmt_sv, int64_t sum_mode) {
+    const FormatInfo& f = format_info(std::string(fmt_sv));
+    check_float_rows(x, "x");
+    TORCH_CHECK_VALUE(sum_mode == Q8_1_S_D_SUM_Q || sum_mode == Q8_1_S_SUM_X, "bad q8_1 sum mode ", sum_mode);
+    const int64_t rows = x.size(0), K = x.size(1);
+    at::Tensor q = at::empty({rows, K / QK * f.block_bytes}, x.options().dtype(at::kByte));
+    if (rows == 0) return q;
+    const float* xp = x.data_ptr<float>();
+    uint8_t* qp = q.data_ptr<uint8_t>();
+    const int64_t row_bytes = K / QK * f.block_bytes;
+    at::parallel_for(0, rows, 16, [&](int64_t r0, int64_t r1) {
+        const float* xs = xp + r0 * K;
+        void* ys = qp + r0 * row_bytes;
+        switch (f.fmt) {
+            case QG_Q4_0: quantize_rows_q4_0(xs, (block_q4_0*)ys, r1 - r0, K); break;
+            case QG_Q8_0: quantize_rows_q8_0(xs, (block_q8_0*)ys, r1 - r0, K); break;
+            default: quantize_rows_q8_1(xs, (block_q8_1*)ys, r1 - r0, K, (int)sum_mode); break;
+        }
+    });
+    return q;
+}
+
+at::Tensor dequantize_cpu(const at::Tensor& q, c10::string_view fmt_sv) {
+    const FormatInfo& f = format_info(std::string(fmt_sv));
+    check_block_rows(q, f, "q");
+    const int64_t rows = q.size(0), K = q.size(1) / f.block_bytes * QK;
+    at::Tensor y = at::empty({rows, K}, q.options().dtype(at::kFloat));
+    if (rows == 0) return y;
+    const uint8_t* qp = q.data_ptr<uint8_t>();
+    float* yp = y.data_ptr<float>();
+    switch (f.fmt) {
+        case QG_Q4_0: dequantize_rows_q4_0((const block_q4_0*)qp, yp, rows, K); break;
+        case QG_Q8_0: dequantize_rows_q8_0((const block_q8_0*)qp, yp, rows, K); break;
+        default: dequantize_rows_q8_1((const block_q8_1*)qp, yp, rows, K); break;
+    }
+    return y;
+}
+
+// ---------------------------------------------------------------- GEMM
+struct KernelFormats { QgFormat w, a; };
+
+int64_t block_bytes_of(QgFormat f) { return f == QG_Q4_0 ? 18 : f == QG_Q8_0 ? 34 : f == QG_Q8_1 ? 36 : 0; }
+
+// Checks A [N, K or K/32 blocks] and W [M, ...] against the kernel's formats; returns K.
+int64_t check_gemm_inputs(const at::Tensor& A, const at::Tensor& W, const KernelFormats& kf) {
+    TORCH_CHECK_VALUE(A.dim() == 2 && W.dim() == 2, "A and W must be 2-D");
+    TORCH_CHECK_VALUE(A.device() == W.device(), "A and W must be on the same device, got ", A.device(), " and ", W.device());
+    TORCH_CHECK_VALUE(A.is_contiguous() && W.is_contiguous(), "A and W must be contiguous");
+    auto k_of = [](const at::Tensor& t, QgFormat f, const char* what) -> int64_t {
+        if (f == QG_F32) {
+            TORCH_CHECK_TYPE(t.scalar_type() == at::kFloat, what, " must be float32, got ", t.scalar_type());
+            return t.size(1);
+        }
+        TORCH_CHECK_TYPE(t.scalar_type() == at::kByte, what, " must be uint8 blocks, got ", t.scalar_type());
+        TORCH_CHECK_VALUE(t.size(1) % block_bytes_of(f) == 0, what, ": row of ", t.size(1),
+                          " bytes is not a whole number of ", block_bytes_of(f), "-byte blocks");
+        return t.size(1) / block_bytes_of(f) * QK;
+    };
+    const int64_t Ka = k_of(A, kf.a, "A"), Kw = k_of(W, kf.w, "W");
+    TORCH_CHECK_VALUE(Ka == Kw, "A and W disagree on K: A has K=", Ka, ", W has K=", Kw);
+    TORCH_CHECK_VALUE(Ka > 0 && Ka % QK == 0, "K (", Ka, ") must be a positive multiple of 32");
+    TORCH_CHECK_VALUE(A.size(0) <= INT32_MAX && W.size(0) <= INT32_MAX && Ka <= INT32_MAX, "sizes must fit in int32");
+    return Ka;
+}
+
+struct CpuKernel { const char* name; CpuGemmFn fn; KernelFormats formats; };
+const CpuKernel CPU_KERNELS[] = {
+#define QG_CPU_KERNEL(name, wfmt, afmt) {#name, name, {wfmt, afmt}},
+#include "cpu/kernels.def"
+#undef QG_CPU_KERNEL
+};
+
+at::Tensor gemm_cpu(const at::Tensor& A, const at::Tensor& W, c10::string_view kernel_sv) {
+    const std::string kernel(kernel_sv);
+    const CpuKernel* k = nullptr;
+    for (const auto& c : CPU_KERNELS) if (kernel == c.name) k = &c;
+    TORCH_CHECK_VALUE(k != nullptr, "no CPU kernel named '", kernel, "'");
+    const int64_t K = check_gemm_inputs(A, W, k->formats);
+    const int64_t N = A.size(0), M = W.size(0);
+    at::Tensor C = at::empty({N, M}, A.options().dtype(at::kFloat));
+    if (N == 0 || M == 0) return C;
+    GemmProblem p{A.data_ptr(), W.data_ptr(), C.data_ptr<float>(), (int)N, (int)M, (int)K};
+    // Split the output features across threads; each chunk is a whole number of 8 columns.
+    const int64_t grain = std::max<int64_t>(8, (M / (8 * at::get_num_threads())) / 8 * 8);
+    at::parallel_for(0, M, grain, [&](int64_t m0, int64_t m1) { k->fn(p, (int)m0, (int)m1); });
+    return C;
+}
+
+#ifdef WITH_CUDA
+struct CudaKernel { const char* name; void (*fn)(const GemmProblem&, cudaStream_t); KernelFormats formats; };
+const CudaKernel CUDA_KERNELS[] = {
+#define QG_CUDA_KERNEL(name, wfmt, afmt) {#name, name, {wfmt, afmt}},
+#include "cuda/kernels.def"
+#undef QG_CUDA_KERNEL
+};
+
+// Vectorised loads want 16-byte aligned rows; torch's allocations are, slices may not be.
+void check_aligned(const at::Tensor& t, const char* what) {
+    TORCH_CHECK_VALUE(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0, what,
+                      "'s data must start on a 16-byte boundary (a sliced view? pass a .clone())");
+}
+
+at::Tensor quantize_cuda(const at::Tensor& x, c10::string_view fmt_sv, int64_t sum_mode) {
+    const FormatInfo& f = format_info(std::string(fmt_sv));
+    check_float_rows(x, "x");
+    TORCH_CHECK_VALUE(sum_mode == Q8_1_S_D_SUM_Q || sum_mode == Q8_1_S_SUM_X, "bad q8_1 sum mode ", sum_mode);
+    const c10::cuda::CUDAGuard guard(x.device());
+    const int64_t rows = x.size(0), K = x.size(1);
+    at::Tensor q = at::empty({rows, K / QK * f.block_bytes}, x.options().dtype(at::kByte));
+    if (rows == 0) return q;
+    cudaStream_t s = at::cuda::getCurrentCUDAStream();
+    const float* xp = x.data_ptr<float>();
+    void* qp = q.data_ptr();
+    switch (f.fmt) {
+        case QG_Q4_0: cuda_quantize_q4_0(xp, (block_q4_0*)qp, rows, K, s); break;
+        case QG_Q8_0: cuda_quantize_q8_0(xp, (block_q8_0*)qp, rows, K, s); break;
+        default: cuda_quantize_q8_1(xp, (block_q8_1*)qp, rows, K, (int)sum_mode, s); break;
+    }
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return q;
+}
+
+at::Tensor dequantize_cuda(const at::Tensor& q, c10::string_view fmt_sv) {
+    const FormatInfo& f = format_info(std::string(fmt_sv));
+    check_block_rows(q, f, "q");
+    const c10::cuda::CUDAGuard guard(q.device());
+    const int64_t rows = q.size(0), K = q.size(1) / f.block_bytes * QK;
+    at::Tensor y = at::empty({rows, K}, q.options().dtype(at::kFloat));
+    if (rows == 0) return y;
+    cuda_dequantize(q.data_ptr(), f.fmt, y.data_ptr<float>(), rows, K, at::cuda::getCurrentCUDAStream());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return y;
+}
+
+at::Tensor gemm_cuda(const at::Tensor& A, const at::Tensor& W, c10::string_view kernel_sv) {
+    const std::string kernel(kernel_sv);
+    const CudaKernel* k = nullptr;
+    for (const auto& c : CUDA_KERNELS) if (kernel == c.name) k = &c;
+    TORCH_CHECK_VALUE(k != nullptr, "no CUDA kernel named '", kernel, "'");
+    const int64_t K = check_gemm_inputs(A, W, k->formats);
+    check_aligned(A, "A");
+    check_aligned(W, "W");
+    const c10::cuda::CUDAGuard guard(A.device());
+    const int64_t N = A.size(0), M = W.size(0);
+    at::Tensor C = at::empty({N, M}, A.options().dtype(at::kFloat));
+    if (N == 0 || M == 0) return C;
+    GemmProblem p{A.data_ptr(), W.data_ptr(), C.data_ptr<float>(), (int)N, (int)M, (int)K};
+    k->fn(p, at::cuda::getCurrentCUDAStream());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return C;
+}
+#endif
+
+std::vector<std::string> kernel_names() {
+    std::vector<std::string> names;
+    for (const auto& k : CPU_KERNELS) names.push_back(k.name);
+#ifdef WITH_CUDA
+    for (const auto& k : CUDA_KERNELS) names.push_back(k.name);
+#endif
+    return names;
+}
+
+}  // namespace
+
+TORCH_LIBRARY(quantgemm, m) {
+    m.def("quantize(Tensor x, str fmt, int q8_1_sum_mode) -> Tensor");
+    m.def("dequantize(Tensor q, str fmt) -> Tensor");
+    m.def("gemm(Tensor A, Tensor W, str kernel) -> Tensor");
+    m.def("kernel_names() -> str[]", &kernel_names);
+}
+
+TORCH_LIBRARY_IMPL(quantgemm, CPU, m) {
+    m.impl("quantize", &quantize_cpu);
+    m.impl("dequantize", &dequantize_cpu);
+    m.impl("gemm", &gemm_cpu);
+}
+
+#ifdef WITH_CUDA
+TORCH_LIBRARY_IMPL(quantgemm, CUDA, m) {
+    m.impl("quantize", &quantize_cuda);
+    m.impl("dequantize", &dequantize_cuda);
+    m.impl("gemm", &gemm_cuda);
+}
+#endif

@@ -1,0 +1,34 @@
+// gemm.h: the one problem description every GEMM kernel of the course takes.
+//
+// Convention for the whole course (torch.nn.functional.linear, llama.cpp's test-backend-ops):
+//   weights      W [M, K]   M = output features      (llama.cpp: m)
+//   activations  A [N, K]   N = tokens (the batch)   (llama.cpp: n)
+//   output       C [N, M] = A @ W^T                  K = the reduction (llama.cpp: k)
+// Rows are contiguous. Quantized rows are K/32 blocks back to back.
+//
+// Every CPU kernel is   void name(const GemmProblem& p, int m_begin, int m_end);
+//   it computes the columns [m_begin, m_end) of C for all N rows; the binding splits M across
+//   threads, so a kernel file holds only the single-threaded idea it teaches.
+// Every CUDA kernel is  void name(const GemmProblem& p, cudaStream_t stream);   (cuda/launchers.h)
+#pragma once
+#include "formats.h"
+
+struct GemmProblem {
+    const void* A;  // float [N, K], or block_q8_1 [N, K/32] for kernels with 8-bit activations
+    const void* W;  // float [M, K], or block_q4_0 / block_q8_0 [M, K/32]
+    float* C;       // float [N, M]
+    int N, M, K;
+};
+
+// Formats as integers, for code that switches on them.
+enum QgFormat : int { QG_F32 = 0, QG_Q4_0 = 1, QG_Q8_0 = 2, QG_Q8_1 = 3 };
+
+typedef void (*CpuGemmFn)(const GemmProblem& p, int m_begin, int m_end);
+
+// ---- CPU quantizers (cpu/quantize.cpp): rows of K floats -> rows of K/32 blocks ----
+void quantize_rows_q4_0(const float* x, block_q4_0* y, int64_t rows, int64_t K);
+void quantize_rows_q8_0(const float* x, block_q8_0* y, int64_t rows, int64_t K);
+void quantize_rows_q8_1(const float* x, block_q8_1* y, int64_t rows, int64_t K, int sum_mode);
+void dequantize_rows_q4_0(const block_q4_0* x, float* y, int64_t rows, int64_t K);
+void dequantize_rows_q8_0(const block_q8_0* x, float* y, int64_t rows, int64_t K);
+void dequantize_rows_q8_1(const block_q8_1* x, float* y, int64_t rows, int64_t K);

@@ -1,0 +1,172 @@
+"""llama.cpp's block formats in numpy: the layouts and the reference quantizers. This is the spec.
+
+Chapter 2 introduces every function here. The C++ (``csrc/cpu/quantize.cpp``) and CUDA
+(``csrc/cuda/quantize.cu``) quantizers must give the same bytes; the tests also check these
+bytes against llama.cpp's own code (the ``gguf`` package and ggml through ``ggml-python``).
+
+A block holds 32 consecutive values of a row:
+
+=======  =====  ==========================  ========================================
+format   bytes  fields                      value j
+=======  =====  ==========================  ========================================
+Q4_0     18     d: fp16, qs: 16 x uint8     (nibble j - 8) * d   (j and j+16 share a byte)
+Q8_0     34     d: fp16, qs: 32 x int8      qs[j] * d
+Q8_1     36     d: fp16, s: fp16, qs: 32    qs[j] * d;  s = d*sum(qs)  or  sum(x)
+=======  =====  ==========================  ========================================
+"""
+from __future__ import annotations
+
+import numpy as np
+
+QK = 32  #: values per block (ggml's QK4_0 = QK8_0 = QK8_1 = 32)
+
+#: numpy mirrors of the C structs in csrc/formats.h (packed, little-endian)
+BLOCK_DTYPES: dict[str, np.dtype] = {
+    "q4_0": np.dtype([("d", "<f2"), ("qs", "u1", (QK // 2,))]),
+    "q8_0": np.dtype([("d", "<f2"), ("qs", "i1", (QK,))]),
+    "q8_1": np.dtype([("d", "<f2"), ("s", "<f2"), ("qs", "i1", (QK,))]),
+}
+FORMATS = tuple(BLOCK_DTYPES)
+BLOCK_BYTES = {f: dt.itemsize for f, dt in BLOCK_DTYPES.items()}  # 18, 34, 36
+
+#: The two meanings llama.cpp gives the ``s`` field of a Q8_1 block.
+#: ``"d_sum_q"``: s = d * sum(q), quantize_row_q8_1_ref (CPU backend); our default, because it is
+#: llama.cpp's reference quantizer (byte-checkable against ggml) and makes the W4A8 compensation
+#: exact: the integer GEMM then equals the product of the two dequantized matrices.
+#: ``"sum_x"``: s = sum(x) of the unquantized floats, as ggml-cuda's quantize_q8_1 stores it.
+Q8_1_SUM_MODES = ("d_sum_q", "sum_x")
+
+
+def bits_per_weight(fmt: str) -> float:
+    """Storage cost per value: 4.5 for Q4_0, 8.5 for Q8_0, 9.0 for Q8_1."""
+    return BLOCK_BYTES[fmt] * 8 / QK
+
+
+def roundf(x: np.ndarray) -> np.ndarray:
+    """C's ``roundf``: round half away from zero (numpy's ``round`` rounds half to even).
+
+    Computed in float64, where ``|x| + 0.5`` is exact for every float32 ``x``.
+    """
+    x64 = np.asarray(x, dtype=np.float64)
+    return (np.sign(x64) * np.floor(np.abs(x64) + 0.5)).astype(np.float32)
+
+
+def _inverse_scale(d: np.ndarray) -> np.ndarray:
+    """1/d, and 0 where d is 0. Also 0 where 1/d overflows (max |x| < 3.7e-37): llama.cpp's C code
+    then casts inf to an integer, which is undefined behaviour; we quantize such a block as zeros,
+    which is what it dequantizes to in llama.cpp as well (its fp16 d is 0)."""
+    with np.errstate(divide="ignore", over="ignore"):
+        inv = np.where(d == 0, np.float32(0), np.float32(1) / d).astype(np.float32)
+    inv[~np.isfinite(inv)] = 0
+    return inv
+
+
+def _blocks(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x)
+    if x.dtype != np.float32:
+        raise TypeError(f"x must be float32, got {x.dtype}")
+    if x.ndim != 2 or x.shape[1] == 0 or x.shape[1] % QK:
+        raise ValueError(f"x must be [rows, K] with K a positive multiple of 32, got shape {x.shape}")
+    return x.reshape(-1, QK)
+
+
+def butterfly_sum32(v: np.ndarray) -> np.ndarray:
+    """Sum each row of 32 float32 values in a warp's butterfly order (ggml-cuda warp_reduce_sum)."""
+    v = np.array(v, dtype=np.float32)
+    lanes = np.arange(QK)
+    for off in (16, 8, 4, 2, 1):
+        v = v + v[..., lanes ^ off]
+    return v[..., 0]
+
+
+def quantize_q4_0(x: np.ndarray) -> np.ndarray:
+    """llama.cpp ``quantize_row_q4_0_ref``: d = max / -8 from the signed value of largest |x|."""
+    xb = _blocks(x)
+    imax = np.abs(xb).argmax(axis=1)  # first index of the largest magnitude, as the C loop's `<`
+    vmax = xb[np.arange(len(xb)), imax]
+    # In C, max starts at +0.0 and only changes on a strictly larger |x|: a block of zeros keeps
+    # +0.0 even if it holds -0.0, so d = +0.0 / -8 = -0.0 (fp16 bits 0x8000). gguf's argmax takes
+    # the first element's sign instead; llama.cpp's C code is the reference, so we follow it.
+    vmax = np.where(np.abs(vmax) == 0, np.float32(0), vmax).astype(np.float32)
+    d = vmax / np.float32(-8)
+    inv_d = _inverse_scale(d)
+    # x*id rounded to float32, then + 8.5 rounded again, then truncated (the C cast), clamp to 15
+    v = (xb * inv_d[:, None]).astype(np.float32) + np.float32(8.5)
+    q = np.minimum(np.trunc(v), 15).astype(np.uint8)
+    out = np.empty(len(xb), BLOCK_DTYPES["q4_0"])
+    out["d"] = d.astype(np.float16)
+    out["qs"] = q[:, : QK // 2] | (q[:, QK // 2 :] << 4)
+    return out.view(np.uint8).reshape(x.shape[0], -1)
+
+
+def quantize_q8_0(x: np.ndarray) -> np.ndarray:
+    """llama.cpp ``quantize_row_q8_0_ref``: d = amax / 127, q = roundf(x * (1/d))."""
+    xb = _blocks(x)
+    d = np.abs(xb).max(axis=1) / np.float32(127)
+    inv_d = _inverse_scale(d)
+    out = np.empty(len(xb), BLOCK_DTYPES["q8_0"])
+    out["d"] = d.astype(np.float16)
+    out["qs"] = roundf(xb * inv_d[:, None]).astype(np.int8)
+    return out.view(np.uint8).reshape(x.shape[0], -1)
+
+
+def quantize_q8_1(x: np.ndarray, q8_1_sum: str = "d_sum_q") -> np.ndarray:
+    """Q8_1 as llama.cpp makes it: ``quantize_row_q8_1_ref`` (``"d_sum_q"``) or ggml-cuda's
+    ``quantize_q8_1`` (``"sum_x"``, which also divides by d instead of multiplying by 1/d)."""
+    if q8_1_sum not in Q8_1_SUM_MODES:
+        raise ValueError(f"q8_1_sum must be one of {Q8_1_SUM_MODES}, got {q8_1_sum!r}")
+    xb = _blocks(x)
+    amax = np.abs(xb).max(axis=1)
+    d = amax / np.float32(127)
+    out = np.empty(len(xb), BLOCK_DTYPES["q8_1"])
+    out["d"] = d.astype(np.float16)
+    if q8_1_sum == "d_sum_q":
+        inv_d = _inverse_scale(d)
+        q = roundf(xb * inv_d[:, None]).astype(np.int8)
+        s = q.astype(np.int32).sum(axis=1).astype(np.float32) * d
+    else:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            q = np.where(amax[:, None] == 0, 0, roundf(xb / d[:, None])).astype(np.int8)
+        s = butterfly_sum32(xb)
+    out["qs"] = q
+    out["s"] = s.astype(np.float16)
+    return out.view(np.uint8).reshape(x.shape[0], -1)
+
+
+def quantize(x: np.ndarray, fmt: str, q8_1_sum: str = "d_sum_q") -> np.ndarray:
+    """Reference quantizer: float32 ``[rows, K]`` -> uint8 ``[rows, K/32 * block_bytes]``."""
+    if fmt == "q4_0":
+        return quantize_q4_0(x)
+    if fmt == "q8_0":
+        return quantize_q8_0(x)
+    if fmt == "q8_1":
+        return quantize_q8_1(x, q8_1_sum)
+    raise ValueError(f"unknown format {fmt!r}: expected one of {FORMATS}")
+
+
+def as_blocks(q: np.ndarray, fmt: str) -> np.ndarray:
+    """View uint8 rows ``[rows, nb * block_bytes]`` as structured blocks ``[rows, nb]``."""
+    q = np.ascontiguousarray(q, dtype=np.uint8)
+    if q.ndim != 2 or q.shape[1] % BLOCK_BYTES[fmt]:
+        raise ValueError(f"{fmt} rows must be [rows, K/32*{BLOCK_BYTES[fmt]}] bytes, got shape {q.shape}")
+    return q.view(BLOCK_DTYPES[fmt])
+
+
+def unpack_quants(q: np.ndarray, fmt: str) -> np.ndarray:
+    """The integer quants ``[rows, K]`` as stored (Q4_0: the raw nibbles 0..15, not minus 8)."""
+    b = as_blocks(q, fmt)
+    if fmt == "q4_0":
+        qs = b["qs"]
+        vals = np.concatenate([qs & 0x0F, qs >> 4], axis=-1)  # elements j and j+16 share byte j
+        return vals.reshape(q.shape[0], -1).astype(np.int32)
+    return b["qs"].reshape(q.shape[0], -1).astype(np.int32)
+
+
+def dequantize(q: np.ndarray, fmt: str) -> np.ndarray:
+    """Reference dequantizer: uint8 blocks -> float32 ``[rows, K]`` (ggml's dequantize_row_*)."""
+    b = as_blocks(q, fmt)
+    d = b["d"].astype(np.float32)[..., None]
+    vals = unpack_quants(q, fmt).reshape(*b.shape, QK)
+    if fmt == "q4_0":
+        vals = vals - 8
+    return (vals.astype(np.float32) * d).reshape(q.shape[0], -1)

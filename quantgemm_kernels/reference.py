@@ -1,0 +1,95 @@
+"""Reference GEMMs in numpy (float64 accumulation): what every kernel must compute.
+
+Convention (the whole course): ``W [M, K]`` weights, ``A [N, K]`` activations, ``C [N, M] = A @ W.T``.
+
+* ``f32 x f32``    : C = A @ W^T.
+* ``q4_0/q8_0 x f32`` (W4A16, W8A16): C = A @ dequantize(W)^T, weights dequantized exactly.
+* ``q4_0 x q8_1`` (W4A8): per block of 32, integer dot product of the raw quants, then scales.
+  With q_w the raw Q4_0 nibble (0..15) and the true weight (q_w - 8) * d_w::
+
+      sum_j (q_w,j - 8) d_w * q_a,j d_a  =  d_w * (d_a * sum_j q_w,j q_a,j  -  8 * d_a * sum_j q_a,j)
+                                         =  d_w * (d_a * sumi  -  8 * s_a)
+
+  where ``s_a = d_a * sum(q_a)`` is what a Q8_1 block stores (llama.cpp's CPU reference), so the
+  kernel never subtracts 8 from a nibble. If the block stores ``s_a = sum(x)`` instead (ggml-cuda),
+  the same formula uses the unquantized sum: a slightly different number. Chapter 4 derives this.
+* ``q8_0 x q8_1`` (W8A8): d_w * d_a * sumi; ``s`` is not needed.
+
+Scales are read from the fp16 fields exactly as kernels read them, so a kernel may differ from
+the reference only by float32 rounding of its additions.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import formats as F
+
+
+def nmse(result, reference) -> float:
+    """llama.cpp's normalized mean squared error: sum((a-b)^2) / sum(a^2), a = the reference.
+
+    Returns ``inf`` when the outputs disagree on NaN or on the position/sign of infinities, as
+    test-backend-ops fails such outputs before it computes an error.
+    """
+    a = np.asarray(reference, dtype=np.float64)
+    b = np.asarray(result, dtype=np.float64)
+    if a.shape != b.shape:
+        raise ValueError(f"shapes differ: {b.shape} vs reference {a.shape}")
+    if np.isnan(a).any() or np.isnan(b).any():
+        return float("inf")
+    if not np.array_equal(np.isinf(a), np.isinf(b)) or not np.array_equal(a[np.isinf(a)], b[np.isinf(b)]):
+        return float("inf")
+    fin = np.isfinite(a)
+    num = float(((a[fin] - b[fin]) ** 2).sum())
+    den = float((a[fin] ** 2).sum())
+    if den == 0.0:
+        return 0.0 if num == 0.0 else float("inf")
+    return num / den
+
+
+def gemm_f32(A: np.ndarray, W: np.ndarray) -> np.ndarray:
+    """C = A @ W^T in float64."""
+    return np.asarray(A, np.float64) @ np.asarray(W, np.float64).T
+
+
+def gemm_wq_af32(A: np.ndarray, Wq: np.ndarray, wfmt: str) -> np.ndarray:
+    """W4A16 / W8A16: float activations times dequantized weights."""
+    return gemm_f32(A, F.dequantize(Wq, wfmt))
+
+
+def gemm_wq_aq8_1(Aq: np.ndarray, Wq: np.ndarray, wfmt: str) -> np.ndarray:
+    """W4A8 / W8A8 on already quantized activations (Q8_1 bytes), block by block in integers."""
+    wb, ab = F.as_blocks(Wq, wfmt), F.as_blocks(Aq, "q8_1")
+    if wb.shape[1] != ab.shape[1]:
+        raise ValueError(f"W has {wb.shape[1]} blocks per row, A has {ab.shape[1]}")
+    M, nb = wb.shape
+    N = ab.shape[0]
+    qw = F.unpack_quants(Wq, wfmt).reshape(M, nb, F.QK).astype(np.int64)
+    qa = F.unpack_quants(Aq, "q8_1").reshape(N, nb, F.QK).astype(np.int64)
+    sumi = np.einsum("nbj,mbj->nmb", qa, qw)  # integer dot product per block: [N, M, nb]
+    dw = wb["d"].astype(np.float64)[None, :, :]
+    da = ab["d"].astype(np.float64)[:, None, :]
+    if wfmt == "q4_0":
+        sa = ab["s"].astype(np.float64)[:, None, :]
+        per_block = dw * (da * sumi - 8.0 * sa)  # the compensation: -8 folded into s_a
+    elif wfmt == "q8_0":
+        per_block = dw * da * sumi
+    else:
+        raise ValueError(f"no W x Q8_1 reference for weights {wfmt!r}")
+    return per_block.sum(axis=2)
+
+
+def gemm(A: np.ndarray, W: np.ndarray, wfmt: str, afmt: str, q8_1_sum: str = "d_sum_q") -> np.ndarray:
+    """The reference for a kernel with weight format ``wfmt`` and activation format ``afmt``.
+
+    ``A`` is float32 ``[N, K]``; ``W`` is float32 ``[M, K]`` (``wfmt="f32"``) or quantized bytes.
+    For ``afmt="q8_1"`` the activations are quantized here with the reference quantizer, as the
+    kernels' ``gemm()`` quantizes them on their device.
+    """
+    if wfmt == "f32" and afmt == "f32":
+        return gemm_f32(A, W)
+    if afmt == "f32":
+        return gemm_wq_af32(A, W, wfmt)
+    if afmt == "q8_1":
+        return gemm_wq_aq8_1(F.quantize_q8_1(np.asarray(A, np.float32), q8_1_sum), W, wfmt)
+    raise ValueError(f"no reference for weights {wfmt!r} x activations {afmt!r}")

@@ -1,0 +1,54 @@
+"""KERNELS: every GEMM kernel of the course, in teaching order. Tests, benchmarks and notebooks
+iterate this table; nothing else lists kernels.
+
+A name reads ``<device>_<weight format>_<activation format>_<variant>``; the C++ side lists the
+same names in ``csrc/cpu/kernels.def`` and ``csrc/cuda/kernels.def`` (a test checks they agree),
+and the kernel lives in ``csrc/<device>/<weights>_<activations>_<variant>.<cpp|cu>``, with the
+``f32_`` activation part dropped where the weights are f32 too (``f32_naive.cpp``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+CSRC = Path(__file__).resolve().parent / "csrc"
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str
+    device: str  #: "cpu" or "cuda"
+    wfmt: str  #: weight format: "f32", "q4_0", "q8_0"
+    afmt: str  #: activation format the kernel consumes: "f32" or "q8_1" (gemm() quantizes A)
+    chapter: int
+    title: str  #: the technique, in a few words
+    q8_1_sum: str = "d_sum_q"  #: meaning of Q8_1's s when gemm() quantizes A for this kernel
+
+    @property
+    def source(self) -> Path:
+        """The one file that holds this kernel's idea."""
+        stem = self.name.split("_", 1)[1]
+        if stem.startswith("f32_f32_"):
+            stem = "f32_" + stem[len("f32_f32_"):]
+        return CSRC / self.device / f"{stem}.{'cu' if self.device == 'cuda' else 'cpp'}"
+
+
+_CPU = [
+    Kernel("cpu_f32_f32_naive", "cpu", "f32", "f32", 1, "one dot product per output"),
+    Kernel("cpu_f32_f32_blocked", "cpu", "f32", "f32", 1, "2x4 register tile, SIMD-lane accumulators"),
+]
+
+_CUDA = [
+    Kernel("cuda_f32_f32_naive", "cuda", "f32", "f32", 1, "one thread per output"),
+    Kernel("cuda_f32_f32_tiled", "cuda", "f32", "f32", 1, "shared-memory tiles"),
+]
+
+KERNELS: dict[str, Kernel] = {k.name: k for k in sorted(_CPU + _CUDA, key=lambda k: k.chapter)}
+
+
+def kernels(device: str | None = None, chapter: int | None = None, wfmt: str | None = None,
+            afmt: str | None = None) -> list[Kernel]:
+    """The registered kernels, in teaching order, filtered by any of the fields."""
+    return [k for k in KERNELS.values()
+            if (device is None or k.device == device) and (chapter is None or k.chapter == chapter)
+            and (wfmt is None or k.wfmt == wfmt) and (afmt is None or k.afmt == afmt)]

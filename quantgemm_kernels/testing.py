@@ -1,0 +1,94 @@
+"""Test helpers shared by the tests, the notebooks and appendix A: value generators, ragged shapes,
+the thresholds with their reasons, and ``check_kernel`` (run a kernel, compare with the reference).
+
+Two error budgets, never mixed up:
+
+* **kernel vs reference of the same format** (``KERNEL_NMSE``): the kernel and the numpy
+  reference do the same arithmetic on the same bytes and differ only in the order of float32
+  additions. Rounding then gives NMSE of order K * 2^-48 (about 1e-11 at K = 4096); 1e-8 leaves
+  a wide margin, while a single wrong block out of K/32 (or one wrong output of M*N) lands far
+  above it. llama.cpp's test-backend-ops allows 5e-4 for MUL_MAT because it compares different
+  quantization paths; we compare identical ones and can be much stricter.
+* **format vs float32 truth** (``FORMAT_NMSE``): what quantization itself costs, measured in
+  chapter 2 (Q8_0 ~ 1e-5, Q4_0 ~ 5e-3 on normal data).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import reference as R
+
+KERNEL_NMSE = 1e-8  #: kernel vs same-format reference (see module docstring)
+FORMAT_NMSE = {"q8_0": 1e-4, "q8_1": 1e-4, "q4_0": 2e-2}  #: quantized vs float32 truth, smooth data
+
+#: Ragged GEMM shapes (M, N, K): M=1, N=1, K=32, primes and non-powers of two, decode and prefill-like.
+SHAPES = [
+    (1, 1, 32), (1, 7, 64), (7, 1, 96), (33, 5, 160), (64, 3, 256), (83, 9, 128), (45, 77, 64),
+    (130, 2, 1024), (17, 33, 288), (256, 64, 512),
+]
+
+DISTRIBUTIONS = ("uniform", "normal", "heavy_tailed", "outliers", "zeros", "tiny", "huge", "sparse")
+
+
+def make_values(shape, dist: str = "normal", seed: int = 0, plant_edge_blocks: bool = True) -> np.ndarray:
+    """float32 test values of a named distribution.
+
+    ``plant_edge_blocks`` overwrites, in each row long enough, one 32-value block with zeros and
+    another with a large-magnitude block, so every tensor also exercises d = 0 and a big scale.
+    """
+    rng = np.random.default_rng(seed)
+    if dist == "uniform":
+        x = rng.uniform(-1, 1, shape)
+    elif dist == "normal":
+        x = rng.standard_normal(shape)
+    elif dist == "heavy_tailed":
+        x = rng.standard_t(2, shape)
+    elif dist == "outliers":
+        x = rng.standard_normal(shape)
+        mask = rng.random(shape) < 0.01
+        x[mask] *= 100.0
+    elif dist == "zeros":
+        x = np.zeros(shape)
+    elif dist == "tiny":
+        x = rng.standard_normal(shape) * 1e-6  # fp16 scales underflow to subnormals or zero
+    elif dist == "huge":
+        x = rng.standard_normal(shape) * 1e3
+    elif dist == "sparse":
+        x = rng.standard_normal(shape) * (rng.random(shape) < 0.05)
+    else:
+        raise ValueError(f"unknown distribution {dist!r}: expected one of {DISTRIBUTIONS}")
+    x = x.astype(np.float32)
+    if plant_edge_blocks and x.ndim == 2 and x.shape[1] >= 96 and dist != "zeros":
+        x[:, 32:64] = 0.0
+        x[:, 64:96] *= 50.0
+    return x
+
+
+def kernel_inputs(kernel, M: int, N: int, K: int, dist: str = "normal", seed: int = 0):
+    """float32 A [N, K] and W [M, K] (numpy) for a kernel test."""
+    A = make_values((N, K), dist, seed)
+    W = make_values((M, K), dist, seed + 1)
+    return A, W
+
+
+def check_kernel(kernel, M: int, N: int, K: int, dist: str = "normal", seed: int = 0, device=None):
+    """Run ``kernel`` (a name or a ``Kernel``) on fresh inputs; return ``(nmse, result, reference)``.
+
+    The weights are quantized with the package's quantizer on the kernel's device (the tests check
+    separately that those bytes equal llama.cpp's), the reference is the numpy spec on the same bytes.
+    """
+    import torch
+
+    from . import api
+    from .registry import KERNELS
+
+    k = KERNELS[kernel] if isinstance(kernel, str) else kernel
+    device = device or k.device
+    A, W = kernel_inputs(k, M, N, K, dist, seed)
+    At = torch.from_numpy(A).to(device)
+    Wt = torch.from_numpy(W).to(device)
+    Wk = Wt if k.wfmt == "f32" else api.quantize(Wt, k.wfmt)
+    C = api.gemm(At, Wk, k).cpu().numpy()
+    Wref = W if k.wfmt == "f32" else Wk.cpu().numpy()
+    ref = R.gemm(A, Wref, k.wfmt, k.afmt, k.q8_1_sum)
+    return R.nmse(C, ref), C, ref

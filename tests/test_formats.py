@@ -1,0 +1,168 @@
+"""Our quantizers against llama.cpp's own code, byte for byte.
+
+Three implementations of ours (numpy spec, C++, CUDA) and two of llama.cpp's (gguf's numpy
+quantizers, ggml's C through ggml-python) must all give the same bytes.
+"""
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import quantgemm_kernels as qk
+from quantgemm_kernels import formats as F
+from quantgemm_kernels.testing import DISTRIBUTIONS, make_values
+
+from conftest import DEVICES
+from ggml_ref import ggml_quantize, gguf_quantize
+
+
+def edge_rows() -> np.ndarray:
+    """Rows of 32-value blocks built to hit every corner of the rounding rules."""
+    blocks = []
+    blocks.append(np.zeros(32))                                   # all-zero block: d = 0
+    blocks.append(np.arange(-16, 16) + 0.5)                       # .5 ties under Q8_0 (amax 15.5)
+    b = np.linspace(-1, 1, 32); b[0], b[1] = 127.0, -127.0        # d = 1 exactly for Q8_0/Q8_1
+    b[2:10] = [0.5, -0.5, 1.5, -1.5, 2.5, -2.5, 126.5, -126.5]    # exact ties: away from zero
+    blocks.append(b)
+    b = np.full(32, 0.25); b[5] = -8.0                            # Q4_0: max=-8 -> d=1, x+8.5 ties
+    b[6:12] = [0.5, -0.5, 1.5, 6.5, -7.5, 7.0]
+    blocks.append(b)
+    b = np.zeros(32); b[3], b[20] = 1.0, -1.0                     # equal + and - maxima: first wins
+    blocks.append(b)
+    b = np.zeros(32); b[20], b[3] = 1.0, -1.0
+    blocks.append(b)
+    b = np.random.default_rng(7).standard_normal(32); b[17] = 1000.0  # one outlier
+    blocks.append(b)
+    blocks.append(np.random.default_rng(8).standard_normal(32) * 1e-7)  # fp16 d underflows to 0
+    blocks.append(np.random.default_rng(9).standard_normal(32) * 1e-3)  # fp16 d subnormal
+    blocks.append(np.full(32, 3.0e4))                             # Q4_0 d = -3750: all quants 0
+    blocks.append(np.array([1e6] + [1.0] * 31))                   # Q4_0 d overflows fp16 (inf)
+    blocks.append(np.array([-2e9] + [5.0e8] * 31))                # Q8_0/Q8_1 d overflows fp16
+    return np.concatenate(blocks).astype(np.float32).reshape(1, -1)
+
+
+def sample_inputs():
+    for dist in DISTRIBUTIONS:
+        for seed in range(3):
+            yield f"{dist}-{seed}", make_values((37, 256), dist, seed)
+    yield "edges", edge_rows()
+
+
+CASES = list(sample_inputs())
+IDS = [c[0] for c in CASES]
+
+
+def test_block_sizes_match_c_header():
+    """formats.py mirrors csrc/formats.h: sizes, field order and offsets."""
+    header = (Path(F.__file__).parent / "csrc" / "formats.h").read_text()
+    for fmt, size in F.BLOCK_BYTES.items():
+        assert re.search(rf"sizeof\(block_{fmt}\) == {size}\b", header), fmt
+    assert F.BLOCK_BYTES == {"q4_0": 18, "q8_0": 34, "q8_1": 36}
+    assert F.BLOCK_DTYPES["q8_1"].fields["qs"][1] == 4  # quants at byte 4 (after d and s)
+    assert F.BLOCK_DTYPES["q4_0"].fields["qs"][1] == 2  # at byte 2: only 2-byte aligned
+    for fmt in F.FORMATS:  # field order in the C struct is the numpy field order
+        struct = re.search(rf"struct block_{fmt} \{{(.*?)\}};", header, re.S).group(1)
+        names = re.findall(r"\b(d|s|qs)\b(?:\[[^\]]*\])?;", struct)
+        assert tuple(names) == F.BLOCK_DTYPES[fmt].names, (fmt, names)
+
+
+def _zero_block_d_sign(q: np.ndarray, fmt: str) -> np.ndarray:
+    """Copy of q with the sign bit of d cleared in blocks whose d is zero."""
+    b = F.as_blocks(q, fmt).copy()
+    d = b["d"].view(np.uint16)
+    d[d == 0x8000] = 0
+    return b.view(np.uint8).reshape(q.shape)
+
+
+@pytest.mark.parametrize("name,x", CASES, ids=IDS)
+@pytest.mark.parametrize("fmt", ["q4_0", "q8_0"])
+def test_spec_matches_gguf(name, x, fmt):
+    """gguf's numpy quantizers agree with ours, except one place where gguf disagrees with ggml:
+    for a Q4_0 block of zeros that starts with -0.0, gguf stores d = +0 and ggml d = -0 (0x8000)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        ours, theirs = F.quantize(x, fmt), gguf_quantize(x, fmt)
+    if fmt == "q4_0":
+        ours, theirs = _zero_block_d_sign(ours, fmt), _zero_block_d_sign(theirs, fmt)
+    np.testing.assert_array_equal(ours, theirs)
+
+
+def test_gguf_and_ggml_disagree_on_signed_zero_blocks():
+    """The one difference between llama.cpp's two reference quantizers that we found, pinned down."""
+    x = np.zeros((1, 32), np.float32)
+    x[0, 0] = -0.0
+    assert F.as_blocks(ggml_quantize(x, "q4_0"), "q4_0")["d"].view(np.uint16)[0, 0] == 0x8000
+    assert F.as_blocks(gguf_quantize(x, "q4_0"), "q4_0")["d"].view(np.uint16)[0, 0] == 0x0000
+    np.testing.assert_array_equal(F.quantize(x, "q4_0"), ggml_quantize(x, "q4_0"))
+
+
+@pytest.mark.parametrize("name,x", CASES, ids=IDS)
+@pytest.mark.parametrize("fmt", ["q4_0", "q8_0", "q8_1"])
+def test_spec_matches_ggml(name, x, fmt):
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(F.quantize(x, fmt), ggml_quantize(x, fmt))
+
+
+@pytest.mark.filterwarnings("ignore:max |x|")
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name,x", CASES, ids=IDS)
+@pytest.mark.parametrize("fmt,q8_1_sum", [("q4_0", "d_sum_q"), ("q8_0", "d_sum_q"), ("q8_1", "d_sum_q"), ("q8_1", "sum_x")])
+def test_compiled_matches_spec(name, x, fmt, q8_1_sum, device):
+    """C++ (CPU) and CUDA quantizers give the spec's bytes; dequantize inverts them exactly."""
+    with np.errstate(over="ignore"):
+        want = F.quantize(x, fmt, q8_1_sum)
+        want_deq = F.dequantize(want, fmt)
+    got = qk.quantize(torch.from_numpy(x).to(device), fmt, q8_1_sum=q8_1_sum)
+    assert got.dtype == torch.uint8 and got.device.type == device
+    assert tuple(got.shape) == (x.shape[0], x.shape[1] // 32 * F.BLOCK_BYTES[fmt])
+    np.testing.assert_array_equal(got.cpu().numpy(), want)
+    np.testing.assert_array_equal(qk.dequantize(got, fmt).cpu().numpy(), want_deq)
+
+
+@pytest.mark.parametrize("fmt", F.FORMATS)
+def test_blocks_where_llama_cpp_is_undefined(fmt):
+    """max |x| < 3.7e-37: 1/d overflows and llama.cpp casts inf to an integer (undefined
+    behaviour). We quantize such a block as zeros; it dequantizes to 0 in both."""
+    x = np.full((1, 32), np.finfo(np.float32).tiny, np.float32)
+    ours = F.quantize(x, fmt)
+    np.testing.assert_array_equal(F.dequantize(ours, fmt), 0)
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_array_equal(F.dequantize(ggml_quantize(x, fmt), fmt), 0)
+    np.testing.assert_array_equal(qk.quantize(torch.from_numpy(x), fmt).numpy(), ours)
+
+
+def test_q8_1_sum_modes_differ_only_in_s_and_ties():
+    """The two meanings of s: d*sum(q) vs sum(x). Same d; quants almost always equal."""
+    x = make_values((64, 256), "normal", 3)
+    a = F.as_blocks(F.quantize(x, "q8_1", "d_sum_q"), "q8_1")
+    b = F.as_blocks(F.quantize(x, "q8_1", "sum_x"), "q8_1")
+    np.testing.assert_array_equal(a["d"], b["d"])
+    assert (a["qs"] != b["qs"]).mean() < 1e-3
+    assert (a["s"] != b["s"]).mean() > 0.5  # s is a different number in most blocks
+    xs = x.reshape(-1, 32).sum(axis=1)
+    np.testing.assert_allclose(b["s"].reshape(-1).astype(np.float32), xs, rtol=2e-3, atol=1e-2)
+
+
+def test_q4_0_layout_low_nibble_then_high():
+    """Element j in the low nibble of byte j, element j+16 in the high nibble."""
+    x = np.zeros((1, 32), np.float32)
+    x[0, 0] = -8.0  # max magnitude, negative: d = 1, quant 0
+    x[0, 1], x[0, 17] = 1.0, 3.0  # quants 9 and 11
+    b = F.as_blocks(F.quantize(x, "q4_0"), "q4_0")[0, 0]
+    assert float(b["d"]) == 1.0
+    assert b["qs"][1] == 9 | (11 << 4)
+    assert b["qs"][0] == 0 | (8 << 4)
+
+
+@pytest.mark.parametrize("fmt", F.FORMATS)
+def test_roundtrip_error_is_bounded(fmt):
+    """Dequantized values are within about half a quantization step of the input."""
+    x = make_values((16, 512), "normal", 11, plant_edge_blocks=False)
+    y = F.dequantize(F.quantize(x, fmt), fmt)
+    d = F.as_blocks(F.quantize(x, fmt), fmt)["d"].astype(np.float32)
+    err = np.abs(y - x).reshape(16, -1, 32) / np.abs(d)[..., None]
+    # half a step from rounding (a whole step where Q4_0 clamps +8 to 7), plus the fp16 rounding
+    # of d, relative 2^-11, times the largest quant (8 or 127)
+    bound = 1.0 + 8 / 2048 if fmt == "q4_0" else 0.5 + 127 / 2048
+    assert err.max() <= bound + 1e-6
