@@ -1,0 +1,100 @@
+"""Bad input gets a clear error (TypeError / ValueError naming the argument), never a crash."""
+import pytest
+import torch
+
+import quantgemm_kernels as qk
+
+from conftest import HAS_CUDA
+
+F32_KERNEL = "cpu_f32_f32_naive"
+
+
+def bad_quantize_cases():
+    x = torch.randn(4, 64)
+    return [
+        ("wrong dtype", lambda: qk.quantize(x.double(), "q4_0"), TypeError, "x must be torch.float32"),
+        ("not a tensor", lambda: qk.quantize(x.numpy(), "q4_0"), TypeError, "x must be a torch.Tensor"),
+        ("1-D", lambda: qk.quantize(x[0], "q4_0"), ValueError, "2-D"),
+        ("K % 32", lambda: qk.quantize(torch.randn(4, 40), "q8_0"), ValueError, "K (40) must be a positive multiple of 32"),
+        ("K = 0", lambda: qk.quantize(torch.randn(4, 0), "q8_0"), ValueError, "K (0)"),
+        ("non-contiguous", lambda: qk.quantize(torch.randn(64, 4).t(), "q4_0"), ValueError, "contiguous"),
+        ("unknown format", lambda: qk.quantize(x, "q5_0"), ValueError, "fmt must be one of"),
+        ("bad sum mode", lambda: qk.quantize(x, "q8_1", q8_1_sum="x"), ValueError, "q8_1_sum"),
+        ("NaN", lambda: qk.quantize(torch.full((1, 32), float("nan")), "q4_0"), ValueError, "NaN or Inf"),
+        ("Inf", lambda: qk.quantize(torch.full((1, 32), float("inf")), "q8_0"), ValueError, "NaN or Inf"),
+        ("dequantize float", lambda: qk.dequantize(x, "q4_0"), TypeError, "q must be torch.uint8"),
+        ("dequantize partial block", lambda: qk.dequantize(torch.zeros(2, 20, dtype=torch.uint8), "q4_0"),
+         ValueError, "not a whole number of q4_0 blocks"),
+    ]
+
+
+@pytest.mark.parametrize("what,call,exc,msg", bad_quantize_cases(), ids=[c[0] for c in bad_quantize_cases()])
+def test_quantize_rejects(what, call, exc, msg):
+    with pytest.raises(exc, match=msg.replace("(", r"\(").replace(")", r"\)")):
+        call()
+
+
+def bad_gemm_cases():
+    A, W = torch.randn(3, 64), torch.randn(5, 64)
+    Wq = qk.quantize(W, "q4_0")
+    q4_kernels = [k.name for k in qk.kernels(device="cpu", wfmt="q4_0")]
+    cases = [
+        ("unknown kernel", lambda: qk.gemm(A, W, "nope"), ValueError, "unknown kernel 'nope'"),
+        ("A float64", lambda: qk.gemm(A.double(), W, F32_KERNEL), TypeError, "A must be torch.float32"),
+        ("W float64", lambda: qk.gemm(A, W.double(), F32_KERNEL), TypeError, "W must be torch.float32"),
+        ("K mismatch", lambda: qk.gemm(A, torch.randn(5, 96), F32_KERNEL), ValueError, "disagree on K"),
+        ("K % 32", lambda: qk.gemm(torch.randn(3, 40), torch.randn(5, 40), F32_KERNEL), ValueError, "multiple of 32"),
+        ("A non-contiguous", lambda: qk.gemm(torch.randn(64, 3).t(), W, F32_KERNEL), ValueError, "A must be contiguous"),
+        ("A 3-D", lambda: qk.gemm(A[None], W, F32_KERNEL), ValueError, "A must be 2-D"),
+        ("K = 0", lambda: qk.gemm(torch.randn(3, 0), torch.randn(5, 0), F32_KERNEL), ValueError, "K \\(0\\)"),
+    ]
+    if q4_kernels:
+        k = q4_kernels[0]
+        cases += [
+            ("float W for a q4_0 kernel", lambda: qk.gemm(A, W, k), TypeError, "W must be torch.uint8"),
+            ("W of the wrong format", lambda: qk.gemm(A, qk.quantize(W, "q8_0")[:, :50].contiguous(), k),
+             ValueError, "not a whole number of q4_0 blocks"),
+            ("bytes for an f32 kernel", lambda: qk.gemm(A, Wq, F32_KERNEL), TypeError, "W must be torch.float32"),
+        ]
+    if HAS_CUDA:
+        cuda = next(k.name for k in qk.KERNELS.values() if k.device == "cuda")
+        cases += [
+            ("CPU tensors to a CUDA kernel", lambda: qk.gemm(A, W, cuda), ValueError, "runs on cuda"),
+            ("mixed devices", lambda: qk.gemm(A.cuda(), W, cuda), ValueError, "same device"),
+            ("CUDA tensors to a CPU kernel", lambda: qk.gemm(A.cuda(), W.cuda(), F32_KERNEL), ValueError, "runs on cpu"),
+            ("misaligned view", lambda: qk.gemm(torch.randn(3 * 64 + 1, device="cuda")[1:].view(3, 64), W.cuda(), cuda),
+             ValueError, "16-byte boundary"),
+        ]
+    return cases
+
+
+@pytest.mark.parametrize("what,call,exc,msg", bad_gemm_cases(), ids=[c[0] for c in bad_gemm_cases()])
+def test_gemm_rejects(what, call, exc, msg):
+    with pytest.raises(exc, match=msg):
+        call()
+
+
+@pytest.mark.parametrize("kernel", [k.name for k in qk.kernels(device="cpu")])
+def test_empty_batch_gives_empty_output(kernel):
+    """N = 0 or M = 0 is a valid, empty product (as torch returns for it), not an error."""
+    k = qk.KERNELS[kernel]
+    W = torch.randn(5, 64)
+    Wk = W if k.wfmt == "f32" else qk.quantize(W, k.wfmt)
+    assert qk.gemm(torch.randn(0, 64), Wk, kernel).shape == (0, 5)
+    W0 = torch.randn(0, 64)
+    W0k = W0 if k.wfmt == "f32" else qk.quantize(W0, k.wfmt)
+    assert qk.gemm(torch.randn(3, 64), W0k, kernel).shape == (3, 0)
+
+
+def test_compiled_ops_check_too():
+    """Calling the operator directly, past the Python checks, still raises instead of crashing."""
+    qk.quantize(torch.randn(1, 32), "q8_0")  # builds/loads the extension
+    ops = torch.ops.quantgemm
+    with pytest.raises(ValueError, match="multiple of 32"):
+        ops.quantize(torch.randn(2, 40), "q8_0", 0)
+    with pytest.raises(TypeError, match="float32"):
+        ops.gemm(torch.randn(2, 32).double(), torch.randn(2, 32), F32_KERNEL)
+    with pytest.raises(ValueError, match="disagree on K"):
+        ops.gemm(torch.randn(2, 32), torch.randn(2, 64), F32_KERNEL)
+    with pytest.raises(ValueError, match="no CPU kernel"):
+        ops.gemm(torch.randn(2, 32), torch.randn(2, 32), "cuda_nothing")

@@ -1,0 +1,84 @@
+"""Every registered kernel against the numpy reference of its formats, over ragged shapes and
+awkward values. Metric: NMSE (llama.cpp's), threshold testing.KERNEL_NMSE (its docstring says why).
+"""
+import numpy as np
+import pytest
+import torch
+
+import quantgemm_kernels as qk
+from quantgemm_kernels import reference as R
+from quantgemm_kernels.testing import DISTRIBUTIONS, KERNEL_NMSE, SHAPES, check_kernel
+
+from conftest import HAS_CUDA
+
+KERNEL_PARAMS = [
+    pytest.param(k.name, marks=pytest.mark.skipif(k.device == "cuda" and not HAS_CUDA, reason="needs an NVIDIA GPU"))
+    for k in qk.KERNELS.values()
+]
+
+
+def test_registry_matches_compiled_table():
+    """KERNELS (Python) and kernels.def (C++) list the same kernels; every source file exists."""
+    built = set(torch.ops.quantgemm.kernel_names()) if _load() else set()
+    for k in qk.KERNELS.values():
+        assert k.source.exists(), k.source
+        assert k.device in ("cpu", "cuda") and k.wfmt in ("f32", "q4_0", "q8_0") and k.afmt in ("f32", "q8_1")
+        if k.device == "cpu" or HAS_CUDA:
+            assert k.name in built, k.name
+    expected = {k.name for k in qk.KERNELS.values() if k.device == "cpu" or HAS_CUDA}
+    assert built == expected
+
+
+def _load():
+    from quantgemm_kernels._build import load_extension
+    load_extension()
+    return True
+
+
+@pytest.mark.parametrize("kernel", KERNEL_PARAMS)
+@pytest.mark.parametrize("M,N,K", SHAPES, ids=[f"M{m}N{n}K{k}" for m, n, k in SHAPES])
+def test_kernel_matches_reference_on_ragged_shapes(kernel, M, N, K):
+    err, C, ref = check_kernel(kernel, M, N, K, "normal", seed=M * 7 + N)
+    assert C.shape == (N, M)
+    assert err <= KERNEL_NMSE, f"{kernel} M={M} N={N} K={K}: NMSE {err:.3g} > {KERNEL_NMSE}"
+
+
+@pytest.mark.parametrize("kernel", KERNEL_PARAMS)
+@pytest.mark.parametrize("dist", DISTRIBUTIONS)
+def test_kernel_matches_reference_on_awkward_values(kernel, dist):
+    err, C, ref = check_kernel(kernel, 37, 5, 320, dist, seed=3)
+    assert np.isfinite(C).all()
+    assert err <= KERNEL_NMSE, f"{kernel} on {dist}: NMSE {err:.3g}"
+    if dist == "zeros":
+        assert (C == 0).all()
+
+
+@pytest.mark.parametrize("kernel", KERNEL_PARAMS)
+def test_kernel_writes_every_output(kernel):
+    """Poison-free check: two different inputs must give two different complete outputs."""
+    e1, C1, _ = check_kernel(kernel, 19, 3, 64, "uniform", seed=1)
+    e2, C2, _ = check_kernel(kernel, 19, 3, 64, "uniform", seed=2)
+    assert (C1 != C2).all()
+
+
+@pytest.mark.parametrize("kernel", KERNEL_PARAMS)
+def test_kernel_is_deterministic(kernel):
+    k = qk.KERNELS[kernel]
+    A = torch.randn(9, 256, generator=torch.Generator().manual_seed(0)).to(k.device)
+    W = torch.randn(40, 256, generator=torch.Generator().manual_seed(1)).to(k.device)
+    Wk = W if k.wfmt == "f32" else qk.quantize(W, k.wfmt)
+    C1, C2 = qk.gemm(A, Wk, kernel), qk.gemm(A, Wk, kernel)
+    assert torch.equal(C1, C2)
+
+
+@pytest.mark.parametrize("kernel", [p for p in KERNEL_PARAMS if qk.KERNELS[p.values[0]].afmt == "q8_1"])
+def test_quantized_activation_kernels_are_close_to_float(kernel):
+    """Quantizing activations and weights costs accuracy, within the format budget."""
+    k = qk.KERNELS[kernel]
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((8, 1024)).astype(np.float32)
+    W = rng.standard_normal((64, 1024)).astype(np.float32)
+    Wq = qk.quantize(torch.from_numpy(W).to(k.device), k.wfmt)
+    C = qk.gemm(torch.from_numpy(A).to(k.device), Wq, kernel).cpu().numpy()
+    err = R.nmse(C, R.gemm_f32(A, W))
+    assert err < {"q4_0": 2e-2, "q8_0": 1e-3}[k.wfmt]
