@@ -10,6 +10,7 @@
 #include <torch/all.h>
 
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -21,34 +22,40 @@
 
 #ifdef WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include "cuda/launchers.h"
 #endif
 
 namespace {
 
+// QG_CHECK(cond, message parts...): throw std::invalid_argument, which every torch build turns
+// into a Python ValueError. Why not TORCH_CHECK: on the torch 2.11.0+cu130 build of the course's
+// GPU machines, a c10::Error thrown from an extension's operator crashed the process (segfault)
+// instead of raising; std exceptions crossed the boundary fine (tested on that machine).
+#define QG_CHECK(cond, ...) \
+    do { if (!(cond)) throw std::invalid_argument(c10::str(__VA_ARGS__)); } while (0)
+
 struct FormatInfo { const char* name; QgFormat fmt; int64_t block_bytes; };
 const FormatInfo FORMATS[] = {{"q4_0", QG_Q4_0, 18}, {"q8_0", QG_Q8_0, 34}, {"q8_1", QG_Q8_1, 36}};
 
 const FormatInfo& format_info(const std::string& fmt) {
     for (const auto& f : FORMATS) if (fmt == f.name) return f;
-    TORCH_CHECK_VALUE(false, "unknown format '", fmt, "': expected one of q4_0, q8_0, q8_1");
+    throw std::invalid_argument(c10::str("unknown format '", fmt, "': expected one of q4_0, q8_0, q8_1"));
 }
 
 void check_float_rows(const at::Tensor& x, const char* what) {
-    TORCH_CHECK_TYPE(x.scalar_type() == at::kFloat, what, " must be float32, got ", x.scalar_type());
-    TORCH_CHECK_VALUE(x.dim() == 2, what, " must be 2-D [rows, K], got ", x.dim(), "-D");
-    TORCH_CHECK_VALUE(x.is_contiguous(), what, " must be contiguous (call .contiguous())");
-    TORCH_CHECK_VALUE(x.size(1) > 0 && x.size(1) % QK == 0, what, ": K (", x.size(1),
+    QG_CHECK(x.scalar_type() == at::kFloat, what, " must be float32, got ", x.scalar_type());
+    QG_CHECK(x.dim() == 2, what, " must be 2-D [rows, K], got ", x.dim(), "-D");
+    QG_CHECK(x.is_contiguous(), what, " must be contiguous (call .contiguous())");
+    QG_CHECK(x.size(1) > 0 && x.size(1) % QK == 0, what, ": K (", x.size(1),
                       ") must be a positive multiple of 32");
 }
 
 void check_block_rows(const at::Tensor& q, const FormatInfo& f, const char* what) {
-    TORCH_CHECK_TYPE(q.scalar_type() == at::kByte, what, " must be uint8 blocks, got ", q.scalar_type());
-    TORCH_CHECK_VALUE(q.dim() == 2, what, " must be 2-D [rows, K/32*", f.block_bytes, "], got ", q.dim(), "-D");
-    TORCH_CHECK_VALUE(q.is_contiguous(), what, " must be contiguous");
-    TORCH_CHECK_VALUE(q.size(1) > 0 && q.size(1) % f.block_bytes == 0, what, ": row of ", q.size(1),
+    QG_CHECK(q.scalar_type() == at::kByte, what, " must be uint8 blocks, got ", q.scalar_type());
+    QG_CHECK(q.dim() == 2, what, " must be 2-D [rows, K/32*", f.block_bytes, "], got ", q.dim(), "-D");
+    QG_CHECK(q.is_contiguous(), what, " must be contiguous");
+    QG_CHECK(q.size(1) > 0 && q.size(1) % f.block_bytes == 0, what, ": row of ", q.size(1),
                       " bytes is not a whole number of ", f.name, " blocks (", f.block_bytes, " B)");
 }
 
@@ -56,7 +63,7 @@ void check_block_rows(const at::Tensor& q, const FormatInfo& f, const char* what
 at::Tensor quantize_cpu(const at::Tensor& x, c10::string_view fmt_sv, int64_t sum_mode) {
     const FormatInfo& f = format_info(std::string(fmt_sv));
     check_float_rows(x, "x");
-    TORCH_CHECK_VALUE(sum_mode == Q8_1_S_D_SUM_Q || sum_mode == Q8_1_S_SUM_X, "bad q8_1 sum mode ", sum_mode);
+    QG_CHECK(sum_mode == Q8_1_S_D_SUM_Q || sum_mode == Q8_1_S_SUM_X, "bad q8_1 sum mode ", sum_mode);
     const int64_t rows = x.size(0), K = x.size(1);
     at::Tensor q = at::empty({rows, K / QK * f.block_bytes}, x.options().dtype(at::kByte));
     if (rows == 0) return q;
@@ -98,23 +105,23 @@ int64_t block_bytes_of(QgFormat f) { return f == QG_Q4_0 ? 18 : f == QG_Q8_0 ? 3
 
 // Checks A [N, K or K/32 blocks] and W [M, ...] against the kernel's formats; returns K.
 int64_t check_gemm_inputs(const at::Tensor& A, const at::Tensor& W, const KernelFormats& kf) {
-    TORCH_CHECK_VALUE(A.dim() == 2 && W.dim() == 2, "A and W must be 2-D");
-    TORCH_CHECK_VALUE(A.device() == W.device(), "A and W must be on the same device, got ", A.device(), " and ", W.device());
-    TORCH_CHECK_VALUE(A.is_contiguous() && W.is_contiguous(), "A and W must be contiguous");
+    QG_CHECK(A.dim() == 2 && W.dim() == 2, "A and W must be 2-D");
+    QG_CHECK(A.device() == W.device(), "A and W must be on the same device, got ", A.device(), " and ", W.device());
+    QG_CHECK(A.is_contiguous() && W.is_contiguous(), "A and W must be contiguous");
     auto k_of = [](const at::Tensor& t, QgFormat f, const char* what) -> int64_t {
         if (f == QG_F32) {
-            TORCH_CHECK_TYPE(t.scalar_type() == at::kFloat, what, " must be float32, got ", t.scalar_type());
+            QG_CHECK(t.scalar_type() == at::kFloat, what, " must be float32, got ", t.scalar_type());
             return t.size(1);
         }
-        TORCH_CHECK_TYPE(t.scalar_type() == at::kByte, what, " must be uint8 blocks, got ", t.scalar_type());
-        TORCH_CHECK_VALUE(t.size(1) % block_bytes_of(f) == 0, what, ": row of ", t.size(1),
+        QG_CHECK(t.scalar_type() == at::kByte, what, " must be uint8 blocks, got ", t.scalar_type());
+        QG_CHECK(t.size(1) % block_bytes_of(f) == 0, what, ": row of ", t.size(1),
                           " bytes is not a whole number of ", block_bytes_of(f), "-byte blocks");
         return t.size(1) / block_bytes_of(f) * QK;
     };
     const int64_t Ka = k_of(A, kf.a, "A"), Kw = k_of(W, kf.w, "W");
-    TORCH_CHECK_VALUE(Ka == Kw, "A and W disagree on K: A has K=", Ka, ", W has K=", Kw);
-    TORCH_CHECK_VALUE(Ka > 0 && Ka % QK == 0, "K (", Ka, ") must be a positive multiple of 32");
-    TORCH_CHECK_VALUE(A.size(0) <= INT32_MAX && W.size(0) <= INT32_MAX && Ka <= INT32_MAX, "sizes must fit in int32");
+    QG_CHECK(Ka == Kw, "A and W disagree on K: A has K=", Ka, ", W has K=", Kw);
+    QG_CHECK(Ka > 0 && Ka % QK == 0, "K (", Ka, ") must be a positive multiple of 32");
+    QG_CHECK(A.size(0) <= INT32_MAX && W.size(0) <= INT32_MAX && Ka <= INT32_MAX, "sizes must fit in int32");
     return Ka;
 }
 
@@ -129,7 +136,7 @@ at::Tensor gemm_cpu(const at::Tensor& A, const at::Tensor& W, c10::string_view k
     const std::string kernel(kernel_sv);
     const CpuKernel* k = nullptr;
     for (const auto& c : CPU_KERNELS) if (kernel == c.name) k = &c;
-    TORCH_CHECK_VALUE(k != nullptr, "no CPU kernel named '", kernel, "'");
+    QG_CHECK(k != nullptr, "no CPU kernel named '", kernel, "'");
     const int64_t K = check_gemm_inputs(A, W, k->formats);
     const int64_t N = A.size(0), M = W.size(0);
     at::Tensor C = at::empty({N, M}, A.options().dtype(at::kFloat));
@@ -149,16 +156,22 @@ const CudaKernel CUDA_KERNELS[] = {
 #undef QG_CUDA_KERNEL
 };
 
+// A failed launch (bad configuration, or an error left by an earlier kernel) becomes an exception.
+void check_launch() {
+    const cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) throw std::runtime_error(c10::str("CUDA launch failed: ", cudaGetErrorString(err)));
+}
+
 // Vectorised loads want 16-byte aligned rows; torch's allocations are, slices may not be.
 void check_aligned(const at::Tensor& t, const char* what) {
-    TORCH_CHECK_VALUE(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0, what,
+    QG_CHECK(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0, what,
                       "'s data must start on a 16-byte boundary (a sliced view? pass a .clone())");
 }
 
 at::Tensor quantize_cuda(const at::Tensor& x, c10::string_view fmt_sv, int64_t sum_mode) {
     const FormatInfo& f = format_info(std::string(fmt_sv));
     check_float_rows(x, "x");
-    TORCH_CHECK_VALUE(sum_mode == Q8_1_S_D_SUM_Q || sum_mode == Q8_1_S_SUM_X, "bad q8_1 sum mode ", sum_mode);
+    QG_CHECK(sum_mode == Q8_1_S_D_SUM_Q || sum_mode == Q8_1_S_SUM_X, "bad q8_1 sum mode ", sum_mode);
     const c10::cuda::CUDAGuard guard(x.device());
     const int64_t rows = x.size(0), K = x.size(1);
     at::Tensor q = at::empty({rows, K / QK * f.block_bytes}, x.options().dtype(at::kByte));
@@ -171,7 +184,7 @@ at::Tensor quantize_cuda(const at::Tensor& x, c10::string_view fmt_sv, int64_t s
         case QG_Q8_0: cuda_quantize_q8_0(xp, (block_q8_0*)qp, rows, K, s); break;
         default: cuda_quantize_q8_1(xp, (block_q8_1*)qp, rows, K, (int)sum_mode, s); break;
     }
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    check_launch();
     return q;
 }
 
@@ -183,7 +196,7 @@ at::Tensor dequantize_cuda(const at::Tensor& q, c10::string_view fmt_sv) {
     at::Tensor y = at::empty({rows, K}, q.options().dtype(at::kFloat));
     if (rows == 0) return y;
     cuda_dequantize(q.data_ptr(), f.fmt, y.data_ptr<float>(), rows, K, at::cuda::getCurrentCUDAStream());
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    check_launch();
     return y;
 }
 
@@ -191,7 +204,7 @@ at::Tensor gemm_cuda(const at::Tensor& A, const at::Tensor& W, c10::string_view 
     const std::string kernel(kernel_sv);
     const CudaKernel* k = nullptr;
     for (const auto& c : CUDA_KERNELS) if (kernel == c.name) k = &c;
-    TORCH_CHECK_VALUE(k != nullptr, "no CUDA kernel named '", kernel, "'");
+    QG_CHECK(k != nullptr, "no CUDA kernel named '", kernel, "'");
     const int64_t K = check_gemm_inputs(A, W, k->formats);
     check_aligned(A, "A");
     check_aligned(W, "W");
@@ -201,7 +214,7 @@ at::Tensor gemm_cuda(const at::Tensor& A, const at::Tensor& W, c10::string_view 
     if (N == 0 || M == 0) return C;
     GemmProblem p{A.data_ptr(), W.data_ptr(), C.data_ptr<float>(), (int)N, (int)M, (int)K};
     k->fn(p, at::cuda::getCurrentCUDAStream());
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    check_launch();
     return C;
 }
 #endif
