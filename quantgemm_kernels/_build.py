@@ -113,7 +113,9 @@ def load_extension() -> dict:
     root = cache_root()
     build_dir = root / tag
     build_dir.mkdir(parents=True, exist_ok=True)
-    name = f"quantgemm_{tag.replace('-', '_')}"
+    # The library name stays the same across builds: it is part of every compile command, and a
+    # changed command makes ninja recompile everything (see _seed_from_previous_build).
+    name = f"quantgemm_{tag.split('-')[0]}"
     so_path = build_dir / f"{name}.so"
     done_marker = build_dir / "built.ok"
 
@@ -125,6 +127,7 @@ def load_extension() -> dict:
                 stale = build_dir / "lock"  # torch's FileBaton; only a dead build can have left it
                 if stale.exists():
                     stale.unlink()
+                _seed_from_previous_build(build_dir, tag.split("-")[0])
                 _compile(cfg, name, build_dir, with_cuda)
                 done_marker.write_text(tag)
             torch.ops.load_library(str(so_path))
@@ -132,6 +135,20 @@ def load_extension() -> dict:
             fcntl.flock(lockfile, fcntl.LOCK_UN)
     _loaded = {"ops": torch.ops.quantgemm, "with_cuda": with_cuda, "path": str(so_path)}
     return _loaded
+
+
+def _seed_from_previous_build(build_dir: Path, variant: str) -> None:
+    """Copy the newest finished build's objects and ninja state into a new build directory, so that
+    ninja recompiles only the files that changed (it tracks header dependencies itself) instead of
+    every file after each edit. The directory name, not ninja, decides what counts as a new build."""
+    if any(build_dir.glob("*.o")):
+        return
+    previous = [d for d in build_dir.parent.glob(f"{variant}-*") if d != build_dir and (d / "built.ok").exists()]
+    if not previous:
+        return
+    src = max(previous, key=lambda d: (d / "built.ok").stat().st_mtime)
+    for f in [*src.glob("*.o"), *src.glob("*.o.d"), *src.glob(".ninja_*")]:
+        shutil.copy2(f, build_dir / f.name)
 
 
 def _compile(cfg: dict, name: str, build_dir: Path, with_cuda: bool) -> None:
