@@ -95,6 +95,23 @@ def dequantize(q: torch.Tensor, fmt: str) -> torch.Tensor:
     return _ops().dequantize(q, fmt)
 
 
+def validate_blocks(q: torch.Tensor, fmt: str) -> None:
+    """Reject blocks whose fp16 scale (or Q8_1 sum) is inf or NaN, as llama.cpp's
+    ``ggml_validate_row_data`` does when it loads a model. Use it on bytes from outside."""
+    _check_tensor(q, "q", torch.uint8)
+    _check_fmt(fmt)
+    bb = F.BLOCK_BYTES[fmt]
+    if q.shape[1] % bb:
+        raise ValueError(f"q: a row of {q.shape[1]} bytes is not a whole number of {fmt} blocks ({bb} B each)")
+    halves = 2 if fmt == "q8_1" else 1  # d, and s for Q8_1: the first 2 or 4 bytes of a block
+    header = q.reshape(-1, bb)[:, : 2 * halves].contiguous().view(torch.int16).to(torch.int32) & 0x7FFF
+    bad = (header >= 0x7C00).any(dim=1)  # fp16 exponent all ones: inf or NaN
+    if bool(bad.any()):
+        i = int(bad.nonzero()[0, 0])
+        raise ValueError(f"q: block {i} (row {i // (q.shape[1] // bb)}) has a non-finite scale; "
+                         "llama.cpp's ggml_validate_row_data rejects such data too")
+
+
 def _kernel(kernel) -> Kernel:
     if isinstance(kernel, Kernel):
         kernel = kernel.name
