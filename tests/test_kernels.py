@@ -47,7 +47,10 @@ def test_kernel_matches_reference_on_ragged_shapes(kernel, M, N, K):
 @pytest.mark.parametrize("dist", DISTRIBUTIONS)
 def test_kernel_matches_reference_on_awkward_values(kernel, dist):
     err, C, ref = check_kernel(kernel, 37, 5, 320, dist, seed=3)
-    assert np.isfinite(C).all()
+    # "huge" overflows fp16 in places: a Q8_1 block of |x| ~ 1e5 stores s = d*sum(q) > 65504 as
+    # inf, in llama.cpp as in our reference. The kernel must then give inf exactly where the
+    # reference does (nmse() returns inf otherwise) and finite values everywhere else.
+    assert np.array_equal(np.isfinite(C), np.isfinite(ref))
     assert err <= KERNEL_NMSE, f"{kernel} on {dist}: NMSE {err:.3g}"
     if dist == "zeros":
         assert (C == 0).all()
