@@ -26,7 +26,11 @@ from . import formats as F
 
 
 def nmse(result, reference) -> float:
-    """llama.cpp's normalized mean squared error: sum((a-b)^2) / sum(a^2), a = the reference.
+    """Normalized mean squared error, llama.cpp's metric: sum((a-b)^2) / sum(a^2).
+
+    We normalize by the reference ``a``. llama.cpp's test-backend-ops normalizes by the output of
+    the backend under test (its CPU backend is the other operand); the two differ by a factor
+    1 + O(sqrt(NMSE)), which changes no threshold.
 
     Returns ``inf`` when the outputs disagree on NaN or on the position/sign of infinities, as
     test-backend-ops fails such outputs before it computes an error.

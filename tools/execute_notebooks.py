@@ -1,0 +1,62 @@
+"""Execute notebooks in place (the published outputs), then clean them for git.
+
+    python tools/execute_notebooks.py notebooks/*.ipynb
+
+Run it on the machine whose outputs the book should show (an NVIDIA GPU for the published book).
+It keeps only kernelspec/language metadata and the widget state (so the static book shows the
+widgets), makes traceback paths repository-relative, and fails if an output still holds a local
+path. Every notebook records the machine it ran on in its own setup cell.
+"""
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+ROOT = Path(__file__).resolve().parent.parent
+SITE = re.compile(r"/[^\s'\"]*/(site-packages|dist-packages)/")
+LOCAL = re.compile(r"/(work|root|home|tmp|opt)/[A-Za-z0-9_.-]+")
+
+
+def clean(text: str) -> str:
+    return SITE.sub("site-packages/", text).replace(str(ROOT) + "/", "").replace(str(ROOT), ".")
+
+
+def run(path: Path, timeout: int) -> list[str]:
+    nb = nbformat.read(path, as_version=4)
+    t0 = time.time()
+    NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
+                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    print(f"{path.name}: executed in {time.time() - t0:.1f} s", flush=True)
+    widgets = nb.metadata.get("widgets")
+    version = nb.metadata.get("language_info", {}).get("version", "")
+    nb.metadata = {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+                   "language_info": {"name": "python", "version": version}}
+    if widgets:
+        nb.metadata["widgets"] = widgets
+    problems = []
+    for i, cell in enumerate(nb.cells):
+        cell.metadata.pop("execution", None)
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "error":
+                out["traceback"] = [clean(line) for line in out["traceback"]]
+            if out.get("output_type") == "stream":
+                out["text"] = clean(out["text"])
+            text = json.dumps(out)
+            for m in LOCAL.finditer(text):
+                problems.append(f"{path.name} cell {i}: local path {m.group(0)!r}")
+    nbformat.write(nb, path)
+    return problems
+
+
+if __name__ == "__main__":
+    timeout = 1200
+    problems = []
+    for p in sys.argv[1:]:
+        problems += run(Path(p).resolve(), timeout)
+    for line in problems:
+        print("LOCAL PATH:", line)
+    sys.exit(1 if problems else 0)
