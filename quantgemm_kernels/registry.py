@@ -36,11 +36,31 @@ class Kernel:
 _CPU = [
     Kernel("cpu_f32_f32_naive", "cpu", "f32", "f32", 1, "one dot product per output"),
     Kernel("cpu_f32_f32_blocked", "cpu", "f32", "f32", 1, "2x4 register tile, SIMD-lane accumulators"),
+    Kernel("cpu_q4_0_f32_naive", "cpu", "q4_0", "f32", 3, "dequantize each weight inside the dot product"),
+    Kernel("cpu_q4_0_f32_blocked", "cpu", "q4_0", "f32", 3, "dequantize a block once, reuse it over a 4x4 tile"),
+    Kernel("cpu_q4_0_q8_1_naive", "cpu", "q4_0", "q8_1", 4, "integer dot per block, then the compensation"),
+    Kernel("cpu_q4_0_q8_1_blocked", "cpu", "q4_0", "q8_1", 4, "unpack nibbles once per 4x4 tile"),
+    Kernel("cpu_q4_0_q8_1_simd", "cpu", "q4_0", "q8_1", 4, "int8 SIMD dot products (VNNI/AVX2), the CPU's DP4A"),
+    Kernel("cpu_q8_0_q8_1_naive", "cpu", "q8_0", "q8_1", 4, "integer dot per block, no compensation"),
+    Kernel("cpu_q8_0_q8_1_blocked", "cpu", "q8_0", "q8_1", 4, "weights read once per 4x4 tile"),
+    Kernel("cpu_q8_0_q8_1_simd", "cpu", "q8_0", "q8_1", 4, "int8 SIMD dot products with the sign trick"),
 ]
 
 _CUDA = [
     Kernel("cuda_f32_f32_naive", "cuda", "f32", "f32", 1, "one thread per output"),
     Kernel("cuda_f32_f32_tiled", "cuda", "f32", "f32", 1, "shared-memory tiles"),
+    Kernel("cuda_q4_0_f32_naive", "cuda", "q4_0", "f32", 3, "one thread per output, dequantize on the fly"),
+    Kernel("cuda_q4_0_f32_tiled", "cuda", "q4_0", "f32", 3, "dequantize W tiles into shared memory"),
+    Kernel("cuda_q4_0_q8_1_naive", "cuda", "q4_0", "q8_1", 4, "integer dot per block, then the compensation"),
+    Kernel("cuda_q4_0_q8_1_tiled", "cuda", "q4_0", "q8_1", 4, "shared-memory tiles of blocks"),
+    Kernel("cuda_q4_0_q8_1_dp4a", "cuda", "q4_0", "q8_1", 4, "__dp4a: four int8 products per instruction"),
+    Kernel("cuda_q4_0_q8_1_tiled_dp4a", "cuda", "q4_0", "q8_1", 4, "shared-memory tiles + __dp4a"),
+    Kernel("cuda_q4_0_q8_1_vec_dp4a", "cuda", "q4_0", "q8_1", 4, "tiles + __dp4a + 32/128-bit loads, 4 blocks per step"),
+    Kernel("cuda_q8_0_q8_1_naive", "cuda", "q8_0", "q8_1", 4, "integer dot per block, no compensation"),
+    Kernel("cuda_q8_0_q8_1_tiled", "cuda", "q8_0", "q8_1", 4, "shared-memory tiles of blocks"),
+    Kernel("cuda_q8_0_q8_1_dp4a", "cuda", "q8_0", "q8_1", 4, "__dp4a on the stored int8 words"),
+    Kernel("cuda_q8_0_q8_1_tiled_dp4a", "cuda", "q8_0", "q8_1", 4, "shared-memory tiles + __dp4a"),
+    Kernel("cuda_q8_0_q8_1_vec_dp4a", "cuda", "q8_0", "q8_1", 4, "tiles + __dp4a + 32/128-bit loads, 4 blocks per step"),
 ]
 
 KERNELS: dict[str, Kernel] = {k.name: k for k in sorted(_CPU + _CUDA, key=lambda k: k.chapter)}
