@@ -10,7 +10,8 @@ Two error budgets, never mixed up:
   above it. llama.cpp's test-backend-ops allows 5e-4 for MUL_MAT because it compares different
   quantization paths; we compare identical ones and can be much stricter.
 * **format vs float32 truth** (``FORMAT_NMSE``): what quantization itself costs, measured in
-  chapter 2 (Q8_0 ~ 1e-5, Q4_0 ~ 5e-3 on normal data).
+  chapter 2 (on normal data Q8_0 ~ 3e-5 and Q4_0 ~ 7e-3; on uniform data in [-1, 1], the
+  tutorial's case, about half that).
 """
 from __future__ import annotations
 
@@ -92,3 +93,61 @@ def check_kernel(kernel, M: int, N: int, K: int, dist: str = "normal", seed: int
     Wref = W if k.wfmt == "f32" else Wk.cpu().numpy()
     ref = R.gemm(A, Wref, k.wfmt, k.afmt, k.q8_1_sum)
     return R.nmse(C, ref), C, ref
+
+
+# ---------------------------------------------------------------------------------------------
+# Appendix A helpers: sanitizer shapes, poisoned outputs, raw timing samples
+# ---------------------------------------------------------------------------------------------
+
+#: Small ragged shapes (M, N, K) for runs under compute-sanitizer (10-100x slower than normal):
+#: one block, a tile edge in every dimension, K of 4 blocks, a longer K. tools/sanitize.sh uses them.
+SANITIZE_SHAPES = [(1, 1, 32), (7, 3, 96), (83, 9, 128), (130, 2, 1024)]
+
+
+def poisoned_call(fn, out_shape, device: str, poison: float = float("nan")):
+    """Call ``fn()`` (which allocates and returns a float32 tensor of ``out_shape``) right after
+    filling and freeing a tensor of the same size, so that the allocator hands the kernel memory
+    full of ``poison``. Returns ``(result, reused)``; ``reused`` says whether the result really
+    landed on the poisoned memory (then an output the kernel forgot to write is still ``poison``).
+
+    Why: a freshly allocated output often holds the previous call's correct answer (the allocator
+    returns the block just freed), so a kernel that skips some outputs can pass a test by luck.
+    """
+    import torch
+
+    bait = torch.full(tuple(out_shape), poison, dtype=torch.float32, device=device)
+    ptr = bait.data_ptr()
+    del bait
+    out = fn()
+    return out, out.data_ptr() == ptr
+
+
+def timing_samples(fn, device: str = "cpu", warmup: int = 3, reps: int = 30, min_time_s: float = 0.0) -> np.ndarray:
+    """Every individual time (seconds) of ``fn()``, measured as ``bench.time_callable`` measures
+    (warm-up calls first; CUDA events on a GPU, perf_counter on a CPU; at least ``reps`` calls and
+    at least ``min_time_s`` seconds). For plots of the spread; report the median."""
+    import time as _time
+
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    times = []
+    t_start = _time.perf_counter()
+    while len(times) < reps or (_time.perf_counter() - t_start) < min_time_s:
+        if device == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+        else:
+            t0 = _time.perf_counter()
+            fn()
+            times.append(_time.perf_counter() - t0)
+        if len(times) >= 10_000:
+            break
+    return np.asarray(times)

@@ -1,0 +1,115 @@
+"""The Python side of tools/sanitize.sh: calls the CUDA kernels so that compute-sanitizer can watch.
+
+    python tools/sanitize_driver.py build              build the extension (outside the sanitizer)
+    python tools/sanitize_driver.py list               what `kernels` will call
+    python tools/sanitize_driver.py kernels            every CUDA kernel of KERNELS on SANITIZE_SHAPES,
+                                                       the CUDA quantizers, the appendix B loads
+    python tools/sanitize_driver.py planted-misaligned a 32-bit load at a 2-byte-aligned address
+    python tools/sanitize_driver.py planted-uninit     a kernel reading memory nobody wrote
+
+`kernels` also checks every result against the reference (testing.KERNEL_NMSE) and exits 1 on a
+mismatch, so a kernel that the sanitizer slows into a different code path still has to be right.
+The two planted bugs are the self-test: a sanitizer run that reports nothing on them is broken.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import quantgemm_kernels as qk  # noqa: E402
+from quantgemm_kernels import formats as F  # noqa: E402
+from quantgemm_kernels import misaligned as mis  # noqa: E402
+from quantgemm_kernels.testing import KERNEL_NMSE, SANITIZE_SHAPES, check_kernel  # noqa: E402
+
+
+def _need_cuda() -> None:
+    if not torch.cuda.is_available() or not qk.cuda_kernels_built():
+        print("sanitize_driver: needs a CUDA GPU and the CUDA build of the kernels", file=sys.stderr)
+        sys.exit(2)
+
+
+def calls() -> list[str]:
+    names = [f"{k.name} M={m} N={n} K={kk}" for k in qk.kernels(device="cuda") for (m, n, kk) in SANITIZE_SHAPES]
+    names += [f"quantize/dequantize {fmt} on cuda" for fmt in F.FORMATS]
+    names += [f"misaligned_demo {mode}" for mode in mis.LEGAL_MODES]
+    return names
+
+
+def run_kernels() -> int:
+    _need_cuda()
+    bad, n_calls, t0 = [], 0, time.perf_counter()
+    for k in qk.kernels(device="cuda"):
+        for (M, N, K) in SANITIZE_SHAPES:
+            err, C, _ = check_kernel(k, M, N, K, "normal", seed=M + N + K)
+            n_calls += 1
+            if not err <= KERNEL_NMSE:
+                bad.append(f"{k.name} M={M} N={N} K={K}: NMSE {err:.3g}")
+        print(f"ok  {k.name}", flush=True)
+    x = torch.randn(5, 96, generator=torch.Generator().manual_seed(0))
+    for fmt in F.FORMATS:
+        q = qk.quantize(x.cuda(), fmt)
+        n_calls += 2
+        if not np.array_equal(q.cpu().numpy(), qk.quantize(x, fmt).numpy()):
+            bad.append(f"quantize {fmt}: CUDA bytes differ from the CPU quantizer's")
+        if not torch.equal(qk.dequantize(q, fmt).cpu(), qk.dequantize(q.cpu(), fmt)):
+            bad.append(f"dequantize {fmt}: CUDA differs from CPU")
+    print("ok  quantize/dequantize", flush=True)
+    q = mis.make_blocks(37, seed=1)  # 37 blocks: a partly empty thread block
+    ref = mis.reference_block_sums(q.cpu().numpy())
+    for mode in mis.LEGAL_MODES:
+        n_calls += 1
+        if not np.array_equal(mis.block_sums(q, mode).cpu().numpy(), ref):
+            bad.append(f"misaligned_demo {mode}: differs from the reference")
+    print("ok  misaligned_demo", flush=True)
+    torch.cuda.synchronize()
+    for b in bad:
+        print("MISMATCH", b, flush=True)
+    print(f"driver: {n_calls} kernel calls, {len(bad)} wrong results, {time.perf_counter() - t0:.0f} s", flush=True)
+    return 1 if bad else 0
+
+
+def planted_misaligned() -> int:
+    _need_cuda()
+    q = mis.make_blocks(64)
+    y = mis.block_sums(q, "naive", allow_fault=True)
+    torch.cuda.synchronize()  # raises here (outside the sanitizer) or the sanitizer reports first
+    print("planted-misaligned: the kernel ran without an error: nothing caught it", y.sum().item())
+    return 0
+
+
+def planted_uninit() -> int:
+    _need_cuda()
+    q = torch.empty(64 * 18, dtype=torch.uint8, device="cuda")  # never written: initcheck must object
+    y = mis.block_sums(q, "two_halves")
+    torch.cuda.synchronize()
+    print("planted-uninit: ran", y.numel(), "blocks of uninitialised bytes")
+    return 0
+
+
+def main(argv) -> int:
+    cmd = argv[1] if len(argv) > 1 else "kernels"
+    if cmd == "build":
+        _need_cuda()
+        print("sanitize_driver: CUDA kernels built")
+        return 0
+    if cmd == "list":
+        print("\n".join(calls()))
+        return 0
+    if cmd == "kernels":
+        return run_kernels()
+    if cmd == "planted-misaligned":
+        return planted_misaligned()
+    if cmd == "planted-uninit":
+        return planted_uninit()
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
