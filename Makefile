@@ -36,6 +36,12 @@ lab: $(SETUP)
 	$(VENV)/bin/python -m pip install -q jupyterlab
 	$(VENV)/bin/jupyter lab notebooks
 
+# The built book in headless Chromium (tests_browser/). Chromium comes from the system
+# (Debian: apt-get install chromium; or set CHROMIUM_PATH), never from `playwright install`.
+.PHONY: browser-test
+browser-test: book
+	$(PY) -m pytest -q tests_browser
+
 bench: $(SETUP)
 	$(PY) -m quantgemm_kernels.bench
 
