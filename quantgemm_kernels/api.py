@@ -81,6 +81,12 @@ def quantize(x: torch.Tensor, fmt: str, *, q8_1_sum: str = "d_sum_q", check_fini
         if amax / _SCALE_DIV[fmt] > _FP16_MAX:
             warnings.warn(f"max |x| = {amax:.3g}: the {fmt} scale overflows fp16 and is stored as inf "
                           "(as llama.cpp stores it); those blocks dequantize to inf/nan", RuntimeWarning, stacklevel=2)
+        elif fmt == "q8_1":
+            # s (d*sum(q) or sum(x)) is about the block's sum: it overflows fp16 long before d does
+            block_sum = float(x.reshape(-1, F.QK).sum(dim=1).abs().max())
+            if block_sum > 0.99 * _FP16_MAX:
+                warnings.warn(f"a Q8_1 block sums to {block_sum:.3g}: its s field overflows fp16 and is stored "
+                              "as inf (as llama.cpp stores it); GEMMs using it give inf", RuntimeWarning, stacklevel=2)
     return _ops().quantize(x, fmt, _SUM_MODE[q8_1_sum])
 
 

@@ -99,3 +99,15 @@ def test_compiled_ops_check_too():
         ops.gemm(torch.randn(2, 32), torch.randn(2, 64), F32_KERNEL)
     with pytest.raises(RuntimeError, match="no CPU kernel"):
         ops.gemm(torch.randn(2, 32), torch.randn(2, 32), "cuda_nothing")
+
+
+@pytest.mark.parametrize("fmt,scale", [("q4_0", 1e6), ("q8_0", 1e9), ("q8_1", 1e9), ("q8_1", 3000.0)])
+def test_fp16_overflow_warns_and_keeps_llama_cpp_bytes(fmt, scale):
+    """A scale (or Q8_1's sum s) beyond fp16's range is stored as inf, as llama.cpp stores it."""
+    import numpy as np
+    from quantgemm_kernels import formats as F
+    x = torch.full((1, 32), scale)
+    with pytest.warns(RuntimeWarning, match="overflows fp16"):
+        q = qk.quantize(x, fmt)
+    with np.errstate(over="ignore"):
+        assert np.array_equal(q.numpy(), F.quantize(x.numpy(), fmt))
