@@ -51,7 +51,14 @@ def cuda_build_possible() -> bool:
 
 
 def _cpu_arch_flags() -> list[str]:
+    """-march=native by default; ``QUANTGEMM_CPU_ARCH=portable`` for a build that runs on any CPU
+    of this architecture (the SIMD kernels then take their portable paths), or e.g. ``x86-64-v3``."""
+    arch = os.environ.get("QUANTGEMM_CPU_ARCH", "native")
+    if arch == "portable":
+        return []
     machine = platform.machine().lower()
+    if arch != "native":
+        return [f"-march={arch}"]
     if machine in ("x86_64", "amd64"):
         return ["-march=native"]  # picks AVX2 / AVX-512 VNNI where the CPU has them
     if machine in ("aarch64", "arm64"):
@@ -82,6 +89,7 @@ def _fingerprint(cfg: dict) -> str:
         h.update(f.read_bytes())
     h.update(repr((cfg["cflags"], cfg["cuda_flags"], [s.name for s in cfg["sources"]])).encode())
     h.update(f"{torch.__version__}|{sys.version_info[:2]}|{os.environ.get('TORCH_CUDA_ARCH_LIST', '')}".encode())
+    h.update(platform.node().encode() if "-march=native" in cfg["cflags"] else b"")  # native = this CPU
     return h.hexdigest()[:16]
 
 
