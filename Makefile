@@ -2,6 +2,7 @@
 #   make book     build the book into _build/html
 #   make test     unit tests + notebooks (nbval), CPU; CUDA tests run where a GPU is present
 #   make nbtest   only the notebooks
+#   make browser-test  build the book, open every page in headless Chromium (CI runs it)
 #   make lab      JupyterLab on the notebooks
 #   make bench    time every registered kernel (python -m quantgemm_kernels.bench)
 # On a machine that already has the packages (a GPU box), `make test SETUP=` skips the venv.

@@ -1,0 +1,120 @@
+"""The benchmark command and its files: a row per (kernel, shape), the header that says what
+produced the numbers, round trips through CSV and JSON. Speed itself is never asserted."""
+import json
+import math
+
+import pytest
+import torch
+
+from quantgemm_kernels import KERNELS, bench, llamacpp
+
+TINY = [(64, 1, 64), (33, 3, 96)]  # ragged M, N, K: every kernel, one repeat, well under a second
+TINY_SPEC = ",".join(f"{m}x{n}x{k}" for m, n, k in TINY)
+HEADER_FIELDS = ("machine", "date", "git_commit", "torch", "threads", "activation_quant_timed")
+
+
+def _run_main(tmp_path, *extra):
+    rc = bench.main(["--shapes", TINY_SPEC, "--reps", "1", "--warmup", "0", "--out", str(tmp_path),
+                     "--no-ceilings", "--quiet", *extra])
+    assert rc == 0
+    (csv_path,), (json_path,) = tmp_path.glob("*.csv"), tmp_path.glob("*.json")
+    return bench.load_results(csv_path), bench.load_results(json_path)
+
+
+def test_main_writes_a_row_per_kernel_and_shape(tmp_path, capsys):
+    from_csv, from_json = _run_main(tmp_path)
+    expected = {(name, *shape) for name in KERNELS for shape in TINY}
+    for res in (from_csv, from_json):
+        got = [(r["kernel"], r["M"], r["N"], r["K"]) for r in res["rows"]]
+        assert sorted(got) == sorted(expected)  # each exactly once
+        for field in HEADER_FIELDS:
+            assert field in res["header"], field
+        assert res["header"]["activation_quant_timed"] is True
+    assert from_csv["header"]["git_commit"] == from_json["header"]["git_commit"]
+    has_gpu = torch.cuda.is_available()
+    for r in from_json["rows"]:
+        if r["device"] == "cpu" or has_gpu:
+            assert r["status"] == "ok", r
+            assert r["median_ms"] > 0 and r["reps"] >= 1
+            assert r["act_quant_timed"] == (r["afmt"] != "f32")
+        else:
+            assert r["status"] == "skipped" and "GPU" in r["reason"]
+    # the CSV holds the same rows as the JSON (numbers to CSV precision)
+    for a, b in zip(from_csv["rows"], from_json["rows"]):
+        assert a["kernel"] == b["kernel"] and a["status"] == b["status"]
+        if b["median_ms"] is not None:
+            assert math.isclose(a["median_ms"], b["median_ms"], rel_tol=1e-9)
+    out = capsys.readouterr().out
+    assert "INSIDE the timed region" in out and "kernel" in out
+
+
+def test_exclude_act_quant_is_recorded(tmp_path):
+    _, res = _run_main(tmp_path, "--kernels", "cpu_*", "--exclude-act-quant")
+    assert res["header"]["activation_quant_timed"] is False
+    assert not any(r["act_quant_timed"] for r in res["rows"] if not r["kernel"].startswith("ggml_"))
+
+
+def test_kernel_globs_add_the_naive_baseline():
+    picked = bench.select_kernels("cpu", "*_blocked")
+    names = [k.name for k in picked]
+    assert all(k.device == "cpu" for k in picked)
+    for k in picked:
+        if k.name.endswith("_blocked") and bench.baseline_name(k) in KERNELS:
+            assert bench.baseline_name(k) in names
+    assert bench.select_kernels("cpu", "*_blocked", baseline=False) == [k for k in picked if k.name.endswith("_blocked")]
+    with pytest.raises(ValueError, match="no kernel matches"):
+        bench.select_kernels("cpu", "no_such_kernel_*")
+
+
+def test_speedups_are_relative_to_the_naive_kernel(tmp_path):
+    rows = bench.run_sweep(["cpu_f32_f32_blocked"], [(64, 2, 64)], reps=1, warmup=0, progress=False)
+    by_name = {r["kernel"]: r for r in rows}
+    assert set(by_name) == {"cpu_f32_f32_naive", "cpu_f32_f32_blocked"}
+    r, b = by_name["cpu_f32_f32_blocked"], by_name["cpu_f32_f32_naive"]
+    assert r["baseline"] == "cpu_f32_f32_naive" and r["speedup_basis"] == "measured"
+    assert math.isclose(r["speedup_vs_naive"], b["median_ms"] / r["median_ms"])
+
+
+def test_too_slow_combinations_are_skipped_with_a_reason(monkeypatch):
+    monkeypatch.setattr(bench, "_PROBE_FLOPS", 0)  # probe even a tiny shape
+    rows = bench.run_sweep(["cpu_f32_f32_naive"], [(256, 1, 64)], reps=1, warmup=0, max_seconds=1e-12,
+                           progress=False, baseline=False)
+    (r,) = rows
+    assert r["status"] == "skipped" and "--max-seconds" in r["reason"] and r["est_ms"] > 0
+    assert r["median_ms"] is None
+
+
+def test_parse_shapes():
+    assert bench.parse_shapes("llama") == [(4096, n, 14336) for n in (1, 2, 3, 4, 5, 8, 512)]
+    assert bench.parse_shapes("tutorial,4096x512x4096,8x1x32") == [(4096, 512, 4096), (8, 1, 32)]
+    assert bench.parse_shapes([(1, 1, 32), "small"])[:2] == [(1, 1, 32), (1024, 1, 1024)]
+    for bad in ("huge", "4x4", "4x4x33", "0x1x32"):
+        with pytest.raises(ValueError):
+            bench.parse_shapes(bad)
+
+
+def test_load_results_from_a_folder(tmp_path):
+    rows = bench.run_sweep(["cpu_f32_f32_naive"], [(8, 1, 32)], reps=1, warmup=0, progress=False)
+    header = bench.make_header("cpu", note="test")
+    _, json_path = bench.write_results(rows, header, tmp_path / "m" / "d")
+    res = bench.load_results(tmp_path)
+    assert res["path"] == str(json_path) and res["header"]["note"] == "test"
+    assert json.loads(json_path.read_text())["columns"]["tflops"]
+
+
+def test_measure_ceilings_reports_both_roofs():
+    c = bench.measure_ceilings("cpu", copy_mb=4, matmul_n=64, reps=2)
+    assert c["device"] == "cpu" and set(c["matmul_tflops"]) == {"fp32"}
+    for v in (c["copy_gbps"], c["matmul_tflops"]["fp32"]):
+        assert math.isfinite(v) and v > 0
+
+
+@pytest.mark.skipif(not llamacpp.available()["cpu_backend"], reason="ggml (ggml-python or ggml-py) not installed")
+def test_ggml_rows(tmp_path):
+    _, res = _run_main(tmp_path, "--kernels", "*q4_0*", "--ggml", "--device", "cpu")
+    by_name = {(r["kernel"], r["M"]): r for r in res["rows"]}
+    for M, _, _ in TINY:
+        r = by_name[("ggml_cpu_q4_0", M)]
+        assert r["status"] == "ok" and r["source"] == "llama.cpp" and r["afmt"] == "q8_0" and r["median_ms"] > 0
+        assert r["baseline"] == "cpu_q4_0_q8_1_naive" or "cpu_q4_0_q8_1_naive" not in KERNELS
+    assert res["header"]["ggml"]["importable"] is True

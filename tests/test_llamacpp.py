@@ -1,0 +1,117 @@
+"""llama.cpp's own mul_mat, vec_dot and quantizers, reached through the ``ggml`` module, against
+our numpy reference. Skipped where ggml (ggml-python or ggml-py) is not installed.
+
+Two comparisons per case, with different budgets:
+
+* ggml's C against the reference run on **the same activation bytes** (A quantized to Q8_0 by
+  ggml's own CPU quantizer, which mul_mat applies to A inside the op): the same numbers summed
+  in a different order, so ``KERNEL_NMSE`` (1e-8) applies. Measured here: at most 3e-13 on
+  normal data, 1.2e-10 on uniform data whose outputs nearly cancel.
+* ggml's C against our **W4A16/W8A16 reference** (float activations): the difference is the
+  error of quantizing A to Q8_0, which ggml's CPU backend always does for Q4_0 and Q8_0
+  weights. Q8_0 rounds each value to a step d = amax/127; the error variance d^2/12 relative to
+  the values' variance is about 3e-5 for normal data, and more on short rows where one block
+  decides the result. Measured on these shapes (normal data, 5 seeds): at most 1.3e-4 (Q4_0)
+  and 9e-5 (Q8_0); the threshold 1e-3 leaves a margin of about 8x, and is still 5x below what
+  quantizing the weights to Q4_0 costs (~5e-3), so a wrong weight layout cannot pass.
+"""
+import math
+
+import numpy as np
+import pytest
+
+from quantgemm_kernels import formats as F
+from quantgemm_kernels import llamacpp as L
+from quantgemm_kernels import reference as R
+from quantgemm_kernels.testing import KERNEL_NMSE, make_values
+
+INFO = L.available()
+pytestmark = pytest.mark.skipif(not INFO["cpu_backend"], reason=f"ggml CPU backend not available: {INFO['error']}")
+
+ACT_QUANT_NMSE = 1e-3  #: ggml (Q8_0 activations) vs our float-activation reference; see the docstring
+# M=1, N=1, K=32 (one block), primes, non-powers of two, one row over a GEMV-friendly size
+SHAPES = [(1, 1, 32), (1, 7, 64), (7, 1, 96), (33, 5, 160), (83, 9, 128), (130, 2, 1024), (17, 33, 288)]
+
+
+def _case(M, N, K, seed=0):
+    return make_values((M, K), "normal", seed), make_values((N, K), "normal", seed + 100)
+
+
+@pytest.mark.parametrize("wfmt", L.WEIGHT_FORMATS)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_ggml_mul_mat_matches_the_reference(wfmt, shape):
+    M, N, K = shape
+    W, A = _case(M, N, K)
+    Wb = W if wfmt == "f32" else F.quantize(W, wfmt)  # our bytes: ggml gets exactly these
+    C = L.ggml_mul_mat(Wb, A, wfmt, n_threads=2)
+    assert C.shape == (N, M) and C.dtype == np.float32
+    if wfmt == "f32":
+        # F32 x F32: no quantization anywhere, float32 rounding only
+        assert R.nmse(C, R.gemm_f32(A, W)) < KERNEL_NMSE
+        return
+    assert L.ggml_vec_dot_type(wfmt) == "q8_0"  # the CPU backend's choice, not Q8_1
+    A_ggml = F.dequantize(L.ggml_quantize(A, "q8_0", ref=False), "q8_0")
+    assert R.nmse(C, R.gemm_f32(A_ggml, F.dequantize(Wb, wfmt))) < KERNEL_NMSE
+    assert R.nmse(C, R.gemm(A, Wb, wfmt, "f32")) < ACT_QUANT_NMSE
+
+
+def test_float_weights_are_quantized_by_ggml():
+    W, A = _case(9, 3, 64)
+    np.testing.assert_array_equal(L.ggml_mul_mat(W, A, "q4_0"), L.ggml_mul_mat(F.quantize(W, "q4_0"), A, "q4_0"))
+
+
+def test_threads_do_not_change_the_result():
+    W, A = _case(130, 5, 256)
+    Wb = F.quantize(W, "q4_0")
+    np.testing.assert_array_equal(L.ggml_mul_mat(Wb, A, "q4_0", n_threads=1), L.ggml_mul_mat(Wb, A, "q4_0", n_threads=2))
+
+
+@pytest.mark.skipif(not INFO["type_traits"], reason="this ggml binding cannot reach the type traits")
+@pytest.mark.parametrize("wfmt", L.WEIGHT_FORMATS)
+def test_vec_dot_is_one_output_of_mul_mat(wfmt):
+    W, A = _case(3, 2, 160)
+    Wb = W if wfmt == "f32" else F.quantize(W, wfmt)
+    C = L.ggml_mul_mat(Wb, A, wfmt)
+    for m in range(3):
+        for n in range(2):
+            d = L.ggml_vec_dot(wfmt, Wb[m], A[n])
+            assert math.isclose(d, C[n, m], rel_tol=1e-5, abs_tol=1e-5), (m, n, d, C[n, m])
+
+
+@pytest.mark.skipif(not INFO["type_traits"], reason="this ggml binding cannot reach the type traits")
+@pytest.mark.parametrize("fmt", ["q4_0", "q8_0", "q8_1"])
+def test_ggml_reference_quantizers_give_our_bytes(fmt):
+    x = make_values((5, 256), "normal", 3)
+    np.testing.assert_array_equal(L.ggml_quantize(x, fmt), F.quantize(x, fmt))
+
+
+def test_time_ggml_mul_mat_returns_seconds_per_op():
+    W, A = _case(64, 2, 128)
+    s = L.time_ggml_mul_mat(F.quantize(W, "q8_0"), A, "q8_0", reps=3, warmup=1, computes=2)
+    assert math.isfinite(s) and s > 0
+    assert L.perf_repeats(4096, 1, 14336) == 69  # test-backend-ops: 8 GFLOP / 117 MFLOP, plus one
+    assert L.perf_repeats(4096, 512, 14336) == 1
+
+
+def test_bad_inputs_raise_clearly():
+    W, A = _case(4, 2, 64)
+    Wq = F.quantize(W, "q4_0")
+    with pytest.raises(ValueError, match="disagree on K"):
+        L.ggml_mul_mat(Wq, A[:, :32], "q4_0")
+    with pytest.raises(ValueError, match="wfmt"):
+        L.ggml_mul_mat(Wq, A, "q5_0")
+    with pytest.raises(ValueError, match="whole number"):
+        L.ggml_mul_mat(Wq[:, :17], A, "q4_0")
+    with pytest.raises(TypeError):
+        L.ggml_mul_mat(W.astype(np.float64), A, "f32")
+    with pytest.raises(ValueError, match="backend"):
+        L.ggml_mul_mat(Wq, A, "q4_0", backend="tpu")
+    if not INFO["cuda_backend"]:
+        with pytest.raises(L.GgmlUnavailable):
+            L.ggml_mul_mat(Wq, A, "q4_0", backend="cuda")
+
+
+def test_available_reports_the_package():
+    assert INFO["importable"] and INFO["package"] in ("ggml-python", "ggml-py", "unknown")
+    assert INFO["ggml_version"] is None or INFO["ggml_version"].count(".") == 2
+    assert "ggml" in L.info_line()
