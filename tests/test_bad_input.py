@@ -86,19 +86,32 @@ def test_empty_batch_gives_empty_output(kernel):
     assert qk.gemm(torch.randn(3, 64), W0k, kernel).shape == (3, 0)
 
 
+COMPILED_OP_CHECKS = """
+import pytest, torch, quantgemm_kernels as qk
+qk.quantize(torch.randn(1, 32), "q8_0")  # builds/loads the extension
+ops = torch.ops.quantgemm
+# the C++ layer raises RuntimeError for everything (bindings.cpp, QG_CHECK, says why)
+with pytest.raises(RuntimeError, match="multiple of 32"):
+    ops.quantize(torch.randn(2, 40), "q8_0", 0)
+with pytest.raises(RuntimeError, match="float32"):
+    ops.gemm(torch.randn(2, 32).double(), torch.randn(2, 32), "cpu_f32_f32_naive")
+with pytest.raises(RuntimeError, match="disagree on K"):
+    ops.gemm(torch.randn(2, 32), torch.randn(2, 64), "cpu_f32_f32_naive")
+with pytest.raises(RuntimeError, match="no CPU kernel"):
+    ops.gemm(torch.randn(2, 32), torch.randn(2, 32), "cuda_nothing")
+print("ALL RAISED")
+"""
+
+
 def test_compiled_ops_check_too():
-    """Calling the operator directly, past the Python checks, still raises instead of crashing."""
-    qk.quantize(torch.randn(1, 32), "q8_0")  # builds/loads the extension
-    ops = torch.ops.quantgemm
-    # the C++ layer raises RuntimeError for everything (bindings.cpp, QG_CHECK, says why)
-    with pytest.raises(RuntimeError, match="multiple of 32"):
-        ops.quantize(torch.randn(2, 40), "q8_0", 0)
-    with pytest.raises(RuntimeError, match="float32"):
-        ops.gemm(torch.randn(2, 32).double(), torch.randn(2, 32), F32_KERNEL)
-    with pytest.raises(RuntimeError, match="disagree on K"):
-        ops.gemm(torch.randn(2, 32), torch.randn(2, 64), F32_KERNEL)
-    with pytest.raises(RuntimeError, match="no CPU kernel"):
-        ops.gemm(torch.randn(2, 32), torch.randn(2, 32), "cuda_nothing")
+    """Calling the operator directly, past the Python checks, still raises instead of crashing.
+    In a child process, so that a crash (seen with one torch build) fails this test alone."""
+    import os
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-c", COMPILED_OP_CHECKS], capture_output=True, text=True, timeout=900,
+                       env=dict(os.environ))
+    assert r.returncode == 0 and "ALL RAISED" in r.stdout, f"exit {r.returncode}: {r.stderr[-1500:]}"
 
 
 @pytest.mark.parametrize("fmt,scale", [("q4_0", 1e6), ("q8_0", 1e9), ("q8_1", 1e9), ("q8_1", 3000.0)])
