@@ -128,6 +128,8 @@ def block_sums(q, mode: str, *, repacked=None, allow_fault: bool = False):
                          "run it with run_in_child(fixed=False)")
     if q.device.type != "cuda":
         raise ValueError(f"the demonstration kernels run on a CUDA GPU, got a tensor on {q.device}")
+    if q.data_ptr() % 16:  # checked here too: the operator's own check raises RuntimeError
+        raise ValueError("q's data must start on a 16-byte boundary (a view at an offset?): pass q.clone()")
     if mode.startswith("repacked"):
         scales, quants = repacked if repacked is not None else repack(q)
         return _ops().misaligned_block_sums_repacked(scales, quants, MODES[mode])

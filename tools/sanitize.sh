@@ -3,7 +3,7 @@
 #
 #   tools/sanitize.sh                      (on a machine with a CUDA GPU and compute-sanitizer)
 #   PYTHON=.venv/bin/python tools/sanitize.sh
-#   SANITIZE_LOGS=/tmp/san tools/sanitize.sh   keep the logs there (default: a new temporary folder)
+#   SANITIZE_LOGS=_build/san tools/sanitize.sh  keep the logs there (default: a new temporary folder)
 #
 # Four tools, each over `python tools/sanitize_driver.py kernels` (every CUDA kernel on the ragged
 # shapes of testing.SANITIZE_SHAPES, the CUDA quantizers, appendix B's loads):
