@@ -77,10 +77,14 @@ def machine_slug(device: str = "cpu") -> str:
     return f"{_slug(_cpu_model())}-{torch.get_num_threads()}t"
 
 
-def time_callable(fn, device: str = "cpu", warmup: int = 3, reps: int = 10, min_time_s: float = 0.0) -> Timing:
-    """Median time of ``fn()``. Repeats at least ``reps`` times and until ``min_time_s`` has passed."""
+def time_samples(fn, device: str = "cpu", warmup: int = 3, reps: int = 10, min_time_s: float = 0.0) -> list[float]:
+    """Every individual time (seconds) of ``fn()``: warm-up calls first, then at least ``reps`` calls
+    and at least ``min_time_s`` seconds (at most 10,000 calls); CUDA events on a GPU, perf_counter
+    on a CPU."""
     for _ in range(warmup):
         fn()
+    if device == "cuda":
+        torch.cuda.synchronize()
     times = []
     t_start = time.perf_counter()
     while len(times) < reps or (time.perf_counter() - t_start) < min_time_s:
@@ -97,6 +101,12 @@ def time_callable(fn, device: str = "cpu", warmup: int = 3, reps: int = 10, min_
             times.append(time.perf_counter() - t0)
         if len(times) >= 10_000:
             break
+    return times
+
+
+def time_callable(fn, device: str = "cpu", warmup: int = 3, reps: int = 10, min_time_s: float = 0.0) -> Timing:
+    """Median time of ``fn()``. Repeats at least ``reps`` times and until ``min_time_s`` has passed."""
+    times = time_samples(fn, device, warmup, reps, min_time_s)
     return Timing(statistics.median(times), min(times), len(times))
 
 

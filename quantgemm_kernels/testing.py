@@ -126,28 +126,7 @@ def timing_samples(fn, device: str = "cpu", warmup: int = 3, reps: int = 30, min
     """Every individual time (seconds) of ``fn()``, measured as ``bench.time_callable`` measures
     (warm-up calls first; CUDA events on a GPU, perf_counter on a CPU; at least ``reps`` calls and
     at least ``min_time_s`` seconds). For plots of the spread; report the median."""
-    import time as _time
+    from .bench import time_samples
 
-    import torch
-
-    for _ in range(warmup):
-        fn()
-    if device == "cuda":
-        torch.cuda.synchronize()
-    times = []
-    t_start = _time.perf_counter()
-    while len(times) < reps or (_time.perf_counter() - t_start) < min_time_s:
-        if device == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / 1e3)
-        else:
-            t0 = _time.perf_counter()
-            fn()
-            times.append(_time.perf_counter() - t0)
-        if len(times) >= 10_000:
-            break
+    times = time_samples(fn, device, warmup, reps, min_time_s)
     return np.asarray(times)
