@@ -7,12 +7,13 @@ llama.cpp's test-backend-ops shapes and writes a table, a CSV and a JSON file; `
 the options. Notebooks call :func:`run_sweep` and :func:`load_results` directly, and
 :func:`measure_ceilings` for the roofline's two lines (memory bandwidth, peak matmul rate).
 
-Two timing methods meet in one table. Our kernels are timed call by call, so every call pays
-the Python and torch dispatch cost (tens of microseconds); llama.cpp's rows (``--ggml``) run
-the same ``mul_mat`` many times in one graph, as ``test-backend-ops perf`` does, and share one
-launch among them. Compare the two where a call takes a millisecond or more on a CPU. On a
-GPU, CUDA events bracket the launches too, so a kernel of a few microseconds still carries part
-of its host-side launch cost; there compare from tens of microseconds up.
+Two timing methods. By default our kernels are timed call by call, so every call pays the
+Python and torch dispatch cost (tens of microseconds). llama.cpp's rows (``--ggml``) run the
+same ``mul_mat`` many times in one graph, as ``test-backend-ops perf`` does. With ``--ggml``
+(or ``--batched``) our kernels are timed the same way: R back-to-back calls per sample, R being
+the repeat count test-backend-ops would use for the shape, time / R; on a GPU the launches then
+overlap their host-side cost with the previous kernel, as ggml's graph does. The ``batch``
+column of every row says which method produced it.
 """
 from __future__ import annotations
 
@@ -77,10 +78,12 @@ def machine_slug(device: str = "cpu") -> str:
     return f"{_slug(_cpu_model())}-{torch.get_num_threads()}t"
 
 
-def time_samples(fn, device: str = "cpu", warmup: int = 3, reps: int = 10, min_time_s: float = 0.0) -> list[float]:
-    """Every individual time (seconds) of ``fn()``: warm-up calls first, then at least ``reps`` calls
-    and at least ``min_time_s`` seconds (at most 10,000 calls); CUDA events on a GPU, perf_counter
-    on a CPU."""
+def time_samples(fn, device: str = "cpu", warmup: int = 3, reps: int = 10, min_time_s: float = 0.0,
+                 batch: int = 1) -> list[float]:
+    """Every individual time (seconds) of ``fn()``: warm-up calls first, then at least ``reps``
+    samples and at least ``min_time_s`` seconds (at most 10,000); CUDA events on a GPU,
+    perf_counter on a CPU. With ``batch`` > 1 a sample is ``batch`` back-to-back calls, and its
+    time is divided by ``batch`` (throughput, as test-backend-ops measures)."""
     for _ in range(warmup):
         fn()
     if device == "cuda":
@@ -91,22 +94,26 @@ def time_samples(fn, device: str = "cpu", warmup: int = 3, reps: int = 10, min_t
         if device == "cuda":
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            fn()
+            for _ in range(batch):
+                fn()
             end.record()
             end.synchronize()
-            times.append(start.elapsed_time(end) / 1e3)
+            times.append(start.elapsed_time(end) / 1e3 / batch)
         else:
             t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
+            for _ in range(batch):
+                fn()
+            times.append((time.perf_counter() - t0) / batch)
         if len(times) >= 10_000:
             break
     return times
 
 
-def time_callable(fn, device: str = "cpu", warmup: int = 3, reps: int = 10, min_time_s: float = 0.0) -> Timing:
-    """Median time of ``fn()``. Repeats at least ``reps`` times and until ``min_time_s`` has passed."""
-    times = time_samples(fn, device, warmup, reps, min_time_s)
+def time_callable(fn, device: str = "cpu", warmup: int = 3, reps: int = 10, min_time_s: float = 0.0,
+                  batch: int = 1) -> Timing:
+    """Median time of ``fn()``. Repeats at least ``reps`` times and until ``min_time_s`` has passed
+    (``batch``: see :func:`time_samples`)."""
+    times = time_samples(fn, device, warmup, reps, min_time_s, batch)
     return Timing(statistics.median(times), min(times), len(times))
 
 
@@ -293,7 +300,8 @@ def _row_base(k: Kernel, M: int, N: int, K: int, include_activation_quant: bool)
             "status": "ok", "reason": "", "median_ms": None, "min_ms": None, "reps": 0, "tflops": None,
             "gflops": None, "gbps": None, "bytes": bytes_moved(k, M, N, K), "est_ms": None,
             "act_quant_timed": k.afmt != "f32" and (include_activation_quant or k.name.startswith("ggml_")),
-            "baseline": "", "speedup_vs_naive": None, "speedup_basis": ""}
+            "baseline": "", "speedup_vs_naive": None, "speedup_basis": "",
+            "batch": 1}  # calls per timed sample (1: call by call; >1: test-backend-ops style)
 
 
 def _time_ggml(k: Kernel, A, W, M, N, K, warmup, reps):
@@ -306,7 +314,7 @@ def _time_ggml(k: Kernel, A, W, M, N, K, warmup, reps):
 
 def run_sweep(kernels=None, shapes="small", *, warmup: int = 2, reps: int = 10, max_seconds: float = 1.0,
               include_activation_quant: bool = True, seed: int = 0, progress: bool = True,
-              baseline: bool = True, ggml: bool = False) -> list[dict]:
+              baseline: bool = True, ggml: bool = False, batched: bool | None = None) -> list[dict]:
     """Time kernels over shapes; one dict per (kernel, shape), skipped ones included.
 
     ``kernels``: names, :class:`Kernel` objects, glob patterns, or None for all registered ones
@@ -314,8 +322,12 @@ def run_sweep(kernels=None, shapes="small", *, warmup: int = 2, reps: int = 10, 
     :func:`parse_shapes`. A combination is skipped, with the reason in the row, when its device is
     missing or one call is estimated to take longer than ``max_seconds``. Kernels with 8-bit
     activations are timed with the activation quantization included unless
-    ``include_activation_quant=False`` (llama.cpp's mul_mat always includes it).
+    ``include_activation_quant=False`` (llama.cpp's mul_mat always includes it). ``batched``
+    (default: the same as ``ggml``) times our kernels as test-backend-ops times ggml: R calls
+    back to back per sample (see the module docstring).
     """
+    if batched is None:
+        batched = ggml or any(getattr(k, "name", str(k)).startswith("ggml_") for k in (kernels or []))
     from . import api
 
     if kernels is None or isinstance(kernels, str):
@@ -381,6 +393,9 @@ def run_sweep(kernels=None, shapes="small", *, warmup: int = 2, reps: int = 10, 
                     cache[wkey] = api.quantize(cache[fkey], k.wfmt)
                 A, Wk = cache[akey], cache[wkey]
                 if k.name.startswith("ggml_"):
+                    from .llamacpp import perf_repeats
+
+                    row["batch"] = perf_repeats(M, N, K, "cuda" if k.device == "cuda" else "cpu")
                     t = _time_ggml(k, A.cpu().numpy(), Wk.cpu().numpy(), M, N, K, warmup, reps)
                 else:
                     est = _estimate_s(k, A, Wk, M, N, K, include_activation_quant, max_seconds)
@@ -391,9 +406,15 @@ def run_sweep(kernels=None, shapes="small", *, warmup: int = 2, reps: int = 10, 
                         if progress:
                             print(f"{label}: skipped ({row['reason']})", flush=True)
                         continue
-                    n = reps if est is None else min(reps, max(3, int(_REP_BUDGET_S / max(est, 1e-9))))
+                    if batched:
+                        from .llamacpp import perf_repeats
+
+                        row["batch"] = perf_repeats(M, N, K, "cuda" if k.device == "cuda" else "cpu")
+                    per_sample = (est or 0.0) * row["batch"]
+                    n = reps if est is None else min(reps, max(3, int(_REP_BUDGET_S / max(per_sample, 1e-9))))
                     fn = _kernel_call(k, A, Wk, include_activation_quant)
-                    t = time_callable(fn, k.device, warmup=warmup if est is None or est < 0.5 else 1, reps=n)
+                    t = time_callable(fn, k.device, warmup=warmup if est is None or est < 0.5 else 1, reps=n,
+                                      batch=row["batch"])
             except Exception as e:  # noqa: BLE001 - one broken kernel must not end a long sweep
                 row.update(status="error", reason=f"{type(e).__name__}: {e}".splitlines()[0][:200])
                 if progress:
@@ -498,7 +519,8 @@ COLUMNS = {
     "chapter": "chapter that introduces the kernel",
     "M": "output features (llama.cpp m)", "N": "tokens (n)", "K": "reduction (k)",
     "status": "ok, skipped or error", "reason": "why skipped or failed",
-    "median_ms": "median time of one call", "min_ms": "fastest call", "reps": "timed calls",
+    "median_ms": "median time of one call", "min_ms": "fastest call", "reps": "timed samples",
+    "batch": "calls per sample: 1 = call by call; R = R back-to-back calls (ggml: R mul_mat nodes in one graph)",
     "tflops": "2*M*N*K / median time / 1e12", "gflops": "the same in GFLOP/s",
     "gbps": "bytes / median time / 1e9", "bytes": "fewest bytes a call must move (weights, activations as read, C)",
     "est_ms": "estimated time of one call from probe runs (slow kernels only)",
@@ -536,7 +558,8 @@ def make_header(device: str = "cpu", **extra) -> dict:
               "python": platform.python_version(), "platform": platform.platform(),
               # other work on the machine slows a CPU run: the load before it started says how much
               "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-              "timing": "median of repeated calls after warm-up; CUDA events on a GPU, perf_counter on a CPU; "
+              "timing": "median over samples after warm-up; CUDA events on a GPU, perf_counter on a CPU; "
+                        "our rows: a sample is `batch` back-to-back calls, time / batch (batch 1: call by call); "
                         "llama.cpp rows: test-backend-ops style (one graph of repeated mul_mat nodes, time / repeats)"}
     header.update(extra)
     return header
@@ -638,6 +661,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-seconds", type=float, default=1.0,
                    help="skip a combination whose single call is estimated to take longer (default 1.0)")
     p.add_argument("--threads", type=int, default=None, help="CPU threads (torch.set_num_threads; ggml uses the same)")
+    p.add_argument("--batched", action="store_true",
+                   help="time our kernels as R back-to-back calls per sample, as test-backend-ops times ggml "
+                        "(on by default with --ggml)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="results folder (default bench_results/<machine-slug>/<date>)")
     p.add_argument("--no-ceilings", action="store_true", help="skip measuring copy bandwidth and peak matmul rate")
@@ -684,7 +710,8 @@ def main(argv=None) -> int:
                   f"{c.get('copy_gbps_cache', float('nan')):.3g} GB/s ({c['cache_copy_mb']:g} MB, in cache); "
                   f"matmul TFLOPS: {rates}", flush=True)
     rows = run_sweep(kernels, shapes, warmup=args.warmup, reps=args.reps, max_seconds=args.max_seconds,
-                     include_activation_quant=include_aq, seed=args.seed, progress=not args.quiet, baseline=False)
+                     include_activation_quant=include_aq, seed=args.seed, progress=not args.quiet, baseline=False,
+                     batched=args.batched or args.ggml)
     print()
     print(format_table(rows))
     out = Path(args.out) if args.out else ROOT / "bench_results" / header["machine_slug"] / _dt.date.today().isoformat()
