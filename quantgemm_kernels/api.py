@@ -159,17 +159,27 @@ def _check_pair(A, W, k: Kernel, afmt: str) -> None:
                                  "(it is a view at an offset): pass a .clone()")
 
 
+def _check_sm(A: torch.Tensor, k: Kernel) -> None:
+    if A.device.type == "cuda" and torch.cuda.get_device_capability(A.device) < tuple(k.min_sm):
+        cc = ".".join(map(str, torch.cuda.get_device_capability(A.device)))
+        raise ValueError(f"kernel {k.name!r} needs compute capability {k.min_sm[0]}.{k.min_sm[1]} or newer, "
+                         f"{A.device} is {cc}")
+
+
 def gemm(A: torch.Tensor, W: torch.Tensor, kernel: str) -> torch.Tensor:
     """``C [N, M] = A [N, K] @ W [M, K]^T`` with a registered kernel (a name from ``KERNELS``).
 
     ``A`` is float32. ``W`` is float32 for f32 kernels, else the bytes of ``quantize(W, fmt)`` in
     the kernel's weight format. Kernels with 8-bit activations quantize ``A`` first, on its device,
     as llama.cpp's mul_mat does (use :func:`gemm_quantized` to pass quantized activations).
+    Kernels with ``fused_quant`` (chapter 6) quantize ``A`` inside, on the GPU, to the same bytes;
+    there a non-finite activation block gives NaN outputs for its token instead of an error.
     """
     k = _kernel(kernel)
     _check_tensor(A, "A", torch.float32)
-    if k.afmt == "f32":
+    if k.afmt == "f32" or k.fused_quant:
         _check_pair(A, W, k, "f32")
+        _check_sm(A, k)
         return _ops().gemm(A, W, k.name)
     Aq = quantize(A, k.afmt, q8_1_sum=k.q8_1_sum)
     return gemm_quantized(Aq, W, k)
@@ -178,7 +188,7 @@ def gemm(A: torch.Tensor, W: torch.Tensor, kernel: str) -> torch.Tensor:
 def gemm_quantized(Aq: torch.Tensor, W: torch.Tensor, kernel: str) -> torch.Tensor:
     """The GEMM step alone, for kernels with 8-bit activations: ``Aq`` = ``quantize(A, "q8_1")``."""
     k = _kernel(kernel)
-    if k.afmt == "f32":
+    if k.afmt == "f32" or k.fused_quant:
         raise ValueError(f"kernel {k.name!r} takes float32 activations: call gemm(A, W, {k.name!r})")
     _check_pair(Aq, W, k, k.afmt)
     return _ops().gemm(Aq, W, k.name)

@@ -120,7 +120,7 @@ def time_callable(fn, device: str = "cpu", warmup: int = 3, reps: int = 10, min_
 def bytes_moved(k: Kernel, M: int, N: int, K: int) -> int:
     """The fewest bytes a kernel must move: weights, activations (as the kernel reads them) and C."""
     wbytes = M * K * 4 if k.wfmt == "f32" else M * (K // F.QK) * F.BLOCK_BYTES[k.wfmt]
-    abytes = N * K * 4 if k.afmt == "f32" else N * (K // F.QK) * F.BLOCK_BYTES[k.afmt]
+    abytes = N * K * 4 if k.afmt == "f32" or k.fused_quant else N * (K // F.QK) * F.BLOCK_BYTES[k.afmt]
     return wbytes + abytes + N * M * 4
 
 
@@ -137,7 +137,7 @@ def _kernel_call(k: Kernel, A: torch.Tensor, Wk: torch.Tensor, include_activatio
     """A no-argument callable running kernel ``k`` once; ``Wk`` is already in the weight format."""
     from . import api
 
-    if k.afmt == "f32" or include_activation_quant:
+    if k.afmt == "f32" or k.fused_quant or include_activation_quant:
         return lambda: api.gemm(A, Wk, k)
     Aq = api.quantize(A, k.afmt, q8_1_sum=k.q8_1_sum)
     return lambda: api.gemm_quantized(Aq, Wk, k)

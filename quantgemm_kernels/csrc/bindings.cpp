@@ -111,7 +111,7 @@ int64_t check_gemm_inputs(const at::Tensor& A, const at::Tensor& W, const Kernel
     QG_CHECK(A.device() == W.device(), "A and W must be on the same device, got ", A.device(), " and ", W.device());
     QG_CHECK(A.is_contiguous() && W.is_contiguous(), "A and W must be contiguous");
     auto k_of = [](const at::Tensor& t, QgFormat f, const char* what) -> int64_t {
-        if (f == QG_F32) {
+        if (f == QG_F32 || f == QG_F32_AS_Q8_1) {
             QG_CHECK(t.scalar_type() == at::kFloat, what, " must be float32, got ", t.scalar_type());
             return t.size(1);
         }
@@ -215,6 +215,12 @@ at::Tensor gemm_cuda(const at::Tensor& A, const at::Tensor& W, c10::string_view 
     at::Tensor C = at::empty({N, M}, A.options().dtype(at::kFloat));
     if (N == 0 || M == 0) return C;
     GemmProblem p{A.data_ptr(), W.data_ptr(), C.data_ptr<float>(), (int)N, (int)M, (int)K};
+    at::Tensor workspace;  // chapter 6 kernels quantize A into it (freed when the call returns:
+                           // the caching allocator keeps it for the next call, stream-ordered)
+    if (k->formats.a == QG_F32_AS_Q8_1) {
+        workspace = at::empty({(int64_t)act_workspace_bytes(N, K)}, A.options().dtype(at::kByte));
+        p.workspace = workspace.data_ptr();
+    }
     k->fn(p, at::cuda::getCurrentCUDAStream());
     check_launch();
     return C;

@@ -18,10 +18,19 @@ struct GemmProblem {
     const void* W;  // float [M, K], or block_q4_0 / block_q8_0 [M, K/32]
     float* C;       // float [N, M]
     int N, M, K;
+    void* workspace = nullptr;  // scratch on the kernel's device, for kernels that need one (chapter 6)
 };
 
 // Formats as integers, for code that switches on them.
-enum QgFormat : int { QG_F32 = 0, QG_Q4_0 = 1, QG_Q8_0 = 2, QG_Q8_1 = 3 };
+enum QgFormat : int { QG_F32 = 0, QG_Q4_0 = 1, QG_Q8_0 = 2, QG_Q8_1 = 3,
+                      // float32 activations that the kernel quantizes to Q8_1 itself (chapter 6):
+                      // the binding passes A as float32 and a workspace of act_workspace_bytes(N, K)
+                      QG_F32_AS_Q8_1 = 4 };
+
+// Workspace of the chapter 6 kernels: int8 quants [N][K], then float2 (d, -8 s) [N][K/32], 16-B aligned.
+inline size_t act_workspace_bytes(int64_t N, int64_t K) {
+    return (size_t)(((N * K + 15) / 16) * 16 + N * (K / QK) * 8);
+}
 
 typedef void (*CpuGemmFn)(const GemmProblem& p, int m_begin, int m_end);
 

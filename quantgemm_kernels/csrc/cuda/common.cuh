@@ -1,4 +1,5 @@
-// cuda/common.cuh: the one device helper every quantized CUDA kernel shares.
+// cuda/common.cuh: the device helpers the quantized CUDA kernels share: reading a scale, warp
+// reductions, and llama.cpp's Q8_1 activation quantizer as one warp per 32-value block.
 //
 // A block stores its scale as fp16 bits (formats.h). formats.h's fp16_to_fp32 rebuilds the float
 // with integer tricks so that CPU code needs no fp16 support; the GPU has a conversion
@@ -10,3 +11,46 @@
 #include "launchers.h"
 
 __device__ __forceinline__ float scale_to_float(fp16_bits h) { return __half2float(__ushort_as_half(h)); }
+
+constexpr unsigned QG_FULL_MASK = 0xffffffffu;
+
+// Butterfly reductions over a warp; every lane gets the result. The sum's order is ggml-cuda's
+// warp_reduce_sum, so a float sum rounds as it does there.
+__device__ __forceinline__ float warp_max(float v) {
+    for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(QG_FULL_MASK, v, off));
+    return v;
+}
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(QG_FULL_MASK, v, off);
+    return v;
+}
+__device__ __forceinline__ int warp_sum(int v) {
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(QG_FULL_MASK, v, off);
+    return v;
+}
+
+// 1/d, or 0 where d is 0 or 1/d overflows (as cpu/quantize.cpp's inverse_scale). nvcc would fuse
+// a*b+c into an FMA that rounds differently from the C reference, so the roundings that matter are
+// spelled out (__fdiv_rn, __fmul_rn).
+__device__ __forceinline__ float inverse_scale(float d) {
+    const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+    return isinf(id) ? 0.0f : id;
+}
+
+// llama.cpp's quantize_row_q8_1_ref for one block, by a whole warp: lane j holds value j, gets
+// back quant j; d and s (already rounded to fp16, as a kernel reads them from a block) in every
+// lane. Byte for byte the CPU reference's (the kernels that use it are tested against it).
+// Non-finite input: llama.cpp's result is undefined (fmaxf drops a NaN from the max, so the
+// block quietly loses it). Here a block holding a NaN or an inf gets d = s = NaN instead, so
+// every output it touches is NaN: bad input shows in the result rather than vanishing.
+__device__ __forceinline__ int quantize_q8_1_lane(float v, fp16_bits& d16, fp16_bits& s16) {
+    if (__any_sync(QG_FULL_MASK, !isfinite(v))) {
+        d16 = s16 = 0x7E00;  // fp16 NaN
+        return 0;
+    }
+    const float d = __fdiv_rn(warp_max(fabsf(v)), 127.0f);
+    const int q = (int)roundf(__fmul_rn(v, inverse_scale(d)));
+    d16 = fp32_to_fp16(d);
+    s16 = fp32_to_fp16(__fmul_rn((float)warp_sum(q), d));
+    return q;
+}

@@ -4,29 +4,10 @@
 // the block's max and sum are warp reductions (butterfly shuffles), no shared memory. nvcc fuses
 // a*b+c into one FMA by default, which rounds differently from the C reference; the roundings
 // that matter are therefore spelled out with __fmul_rn / __fadd_rn / __fdiv_rn.
-#include "launchers.h"
+#include "common.cuh"
 
 namespace {
-constexpr unsigned FULL = 0xffffffffu;
-
-// 1/d, or 0 where d is 0 or 1/d overflows (as cpu/quantize.cpp's inverse_scale)
-__device__ __forceinline__ float inverse_scale(float d) {
-    const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
-    return isinf(id) ? 0.0f : id;
-}
-
-__device__ __forceinline__ float warp_max(float v) {
-    for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(FULL, v, off));
-    return v;
-}
-__device__ __forceinline__ float warp_sum(float v) {  // ggml-cuda's warp_reduce_sum order
-    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(FULL, v, off);
-    return v;
-}
-__device__ __forceinline__ int warp_sum(int v) {
-    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(FULL, v, off);
-    return v;
-}
+constexpr unsigned FULL = QG_FULL_MASK;
 
 // Each thread: value i of the flat input. Threads past the end still take part in the shuffles
 // (total is a multiple of 32, so whole warps are either all in or all out).

@@ -1,0 +1,70 @@
+"""Chapter 6's kernels beyond the shared kernel tests (test_kernels.py runs them on the ragged
+shapes and awkward values like every other kernel): the code paths only bigger shapes reach
+(several CTA tiles, K chunks, passes over N), and what fusing the activation quantization changes
+(float32 in, NaN out for non-finite activations instead of an error)."""
+import numpy as np
+import pytest
+import torch
+
+import quantgemm_kernels as qk
+from quantgemm_kernels import reference as R
+from quantgemm_kernels.testing import KERNEL_NMSE, check_kernel
+
+from conftest import requires_cuda
+
+FUSED = [k.name for k in qk.KERNELS.values() if k.fused_quant]
+
+
+def test_chapter_6_kernels_are_registered_as_fused():
+    assert FUSED, "chapter 6 registers its kernels"
+    for name in FUSED:
+        k = qk.KERNELS[name]
+        assert k.device == "cuda" and k.afmt == "q8_1" and k.chapter == 6
+
+
+@pytest.mark.parametrize("kernel", FUSED)
+def test_fused_kernels_refuse_pre_quantized_activations(kernel):
+    with pytest.raises(ValueError, match="takes float32 activations"):
+        qk.gemm_quantized(torch.zeros(1, 36, dtype=torch.uint8), torch.zeros(1, 18, dtype=torch.uint8), kernel)
+
+
+# (M, N, K): several 128 x 128 tiles with ragged edges; K % 256 == 0 (16-byte units) and != 0
+# (block-by-block staging); N over one decode pass (8) and over two; K longer than one shared-
+# memory chunk of the decode kernel (672 blocks on a 227 KB GPU), aligned and not.
+BIG_SHAPES = [(300, 261, 512), (130, 300, 1056), (257, 9, 2048), (33, 17, 21760), (40, 3, 21536), (129, 1, 4096)]
+
+
+@requires_cuda
+@pytest.mark.parametrize("kernel", FUSED)
+@pytest.mark.parametrize("M,N,K", BIG_SHAPES, ids=[f"M{m}N{n}K{k}" for m, n, k in BIG_SHAPES])
+def test_fused_kernels_on_multi_tile_shapes(kernel, M, N, K):
+    err, C, ref = check_kernel(kernel, M, N, K, "normal", seed=K)
+    assert err <= KERNEL_NMSE, f"{kernel} M={M} N={N} K={K}: NMSE {err:.3g}"
+
+
+@requires_cuda
+@pytest.mark.parametrize("kernel", FUSED)
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_activations_give_nan_for_their_token_only(kernel, bad):
+    k = qk.KERNELS[kernel]
+    rng = np.random.default_rng(1)
+    A = rng.standard_normal((5, 512)).astype(np.float32)
+    W = rng.standard_normal((19, 512)).astype(np.float32)
+    A[2, 300] = bad
+    Wq = qk.quantize(torch.from_numpy(W).cuda(), k.wfmt)
+    C = qk.gemm(torch.from_numpy(A).cuda(), Wq, kernel).cpu().numpy()
+    assert np.isnan(C[2]).all(), "the token holding a non-finite value gives NaN everywhere"
+    ok = [0, 1, 3, 4]
+    ref = R.gemm(A[ok], Wq.cpu().numpy(), k.wfmt, "q8_1")
+    assert R.nmse(C[ok], ref) <= KERNEL_NMSE, "the other tokens are untouched"
+
+
+@requires_cuda
+@pytest.mark.parametrize("kernel", FUSED)
+def test_fused_kernels_are_deterministic_on_a_large_shape(kernel):
+    k = qk.KERNELS[kernel]
+    g = torch.Generator().manual_seed(0)
+    A = torch.randn(8 if "decode" in kernel else 200, 4096, generator=g).cuda()
+    Wq = qk.quantize(torch.randn(1000, 4096, generator=g).cuda(), k.wfmt)
+    C1, C2 = qk.gemm(A, Wq, kernel), qk.gemm(A, Wq, kernel)
+    assert torch.equal(C1, C2)
