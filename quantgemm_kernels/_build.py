@@ -72,8 +72,12 @@ def build_config(with_cuda: bool) -> dict:
         sources += sorted((CSRC / "cuda").glob("*.cu"))
     # -ffp-contract=off: no silent fused multiply-adds, so the quantizers round exactly as
     # llama.cpp's C reference does; kernels that want an FMA write fmaf() themselves.
-    cflags = ["-O3", "-std=c++17", "-ffp-contract=off", *_cpu_arch_flags()]
-    cuda_flags = ["-O3", "-std=c++17", "-lineinfo"]
+    # No -std flag: torch's cpp_extension passes the standard its headers were built for (C++20
+    # from torch 2.10 on); forcing -std=c++17 after it compiles torch's headers in another mode
+    # than libtorch, and on the GPU image (g++ 13) every exception from our operators then
+    # crashed the process instead of raising (book/robustness.md).
+    cflags = ["-O3", "-ffp-contract=off", *_cpu_arch_flags()]
+    cuda_flags = ["-O3", "-lineinfo"]
     if with_cuda:
         cflags.append("-DWITH_CUDA")
         cuda_flags.append("-DWITH_CUDA")

@@ -79,15 +79,33 @@ def machine_slug(device: str = "cpu") -> str:
 
 
 def time_samples(fn, device: str = "cpu", warmup: int = 3, reps: int = 10, min_time_s: float = 0.0,
-                 batch: int = 1) -> list[float]:
+                 batch: int = 1, graph: bool = False) -> list[float]:
     """Every individual time (seconds) of ``fn()``: warm-up calls first, then at least ``reps``
     samples and at least ``min_time_s`` seconds (at most 10,000); CUDA events on a GPU,
     perf_counter on a CPU. With ``batch`` > 1 a sample is ``batch`` back-to-back calls, and its
-    time is divided by ``batch`` (throughput, as test-backend-ops measures)."""
+    time is divided by ``batch`` (throughput, as test-backend-ops measures).
+
+    ``graph`` (CUDA): the ``batch`` calls are captured once into a CUDA graph and a sample is one
+    replay, so the time is the GPU's alone, without Python's and the dispatcher's cost per call
+    (llama.cpp's CUDA backend replays graphs too). ``fn`` must not synchronize (our kernels with
+    fused activation quantization qualify; ``gemm()`` on a Q8_1 kernel checks A on the host and
+    does not).
+    """
     for _ in range(warmup):
         fn()
     if device == "cuda":
         torch.cuda.synchronize()
+    if device == "cuda" and graph:
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for _ in range(batch):
+                fn()
+        g.replay()
+        torch.cuda.synchronize()
+        fn = g.replay
+        batch_calls, batch = batch, 1
+    else:
+        batch_calls = batch
     times = []
     t_start = time.perf_counter()
     while len(times) < reps or (time.perf_counter() - t_start) < min_time_s:
@@ -98,7 +116,7 @@ def time_samples(fn, device: str = "cpu", warmup: int = 3, reps: int = 10, min_t
                 fn()
             end.record()
             end.synchronize()
-            times.append(start.elapsed_time(end) / 1e3 / batch)
+            times.append(start.elapsed_time(end) / 1e3 / batch_calls)
         else:
             t0 = time.perf_counter()
             for _ in range(batch):
@@ -110,10 +128,10 @@ def time_samples(fn, device: str = "cpu", warmup: int = 3, reps: int = 10, min_t
 
 
 def time_callable(fn, device: str = "cpu", warmup: int = 3, reps: int = 10, min_time_s: float = 0.0,
-                  batch: int = 1) -> Timing:
+                  batch: int = 1, graph: bool = False) -> Timing:
     """Median time of ``fn()``. Repeats at least ``reps`` times and until ``min_time_s`` has passed
-    (``batch``: see :func:`time_samples`)."""
-    times = time_samples(fn, device, warmup, reps, min_time_s, batch)
+    (``batch``, ``graph``: see :func:`time_samples`)."""
+    times = time_samples(fn, device, warmup, reps, min_time_s, batch, graph)
     return Timing(statistics.median(times), min(times), len(times))
 
 
@@ -301,7 +319,8 @@ def _row_base(k: Kernel, M: int, N: int, K: int, include_activation_quant: bool)
             "gflops": None, "gbps": None, "bytes": bytes_moved(k, M, N, K), "est_ms": None,
             "act_quant_timed": k.afmt != "f32" and (include_activation_quant or k.name.startswith("ggml_")),
             "baseline": "", "speedup_vs_naive": None, "speedup_basis": "",
-            "batch": 1}  # calls per timed sample (1: call by call; >1: test-backend-ops style)
+            "batch": 1,  # calls per timed sample (1: call by call; >1: test-backend-ops style)
+            "timing": "ggml" if k.name.startswith("ggml_") else ""}  # events, cuda-graph, perf_counter
 
 
 def _time_ggml(k: Kernel, A, W, M, N, K, warmup, reps):
@@ -314,7 +333,8 @@ def _time_ggml(k: Kernel, A, W, M, N, K, warmup, reps):
 
 def run_sweep(kernels=None, shapes="small", *, warmup: int = 2, reps: int = 10, max_seconds: float = 1.0,
               include_activation_quant: bool = True, seed: int = 0, progress: bool = True,
-              baseline: bool = True, ggml: bool = False, batched: bool | None = None) -> list[dict]:
+              baseline: bool = True, ggml: bool = False, batched: bool | None = None,
+              graph: bool = False) -> list[dict]:
     """Time kernels over shapes; one dict per (kernel, shape), skipped ones included.
 
     ``kernels``: names, :class:`Kernel` objects, glob patterns, or None for all registered ones
@@ -324,7 +344,9 @@ def run_sweep(kernels=None, shapes="small", *, warmup: int = 2, reps: int = 10, 
     activations are timed with the activation quantization included unless
     ``include_activation_quant=False`` (llama.cpp's mul_mat always includes it). ``batched``
     (default: the same as ``ggml``) times our kernels as test-backend-ops times ggml: R calls
-    back to back per sample (see the module docstring).
+    back to back per sample (see the module docstring). ``graph``: CUDA kernels that take float32
+    activations are timed as CUDA-graph replays of those calls (:func:`time_samples`); the row's
+    ``timing`` says how each row was timed.
     """
     if batched is None:
         batched = ggml or any(getattr(k, "name", str(k)).startswith("ggml_") for k in (kernels or []))
@@ -413,8 +435,10 @@ def run_sweep(kernels=None, shapes="small", *, warmup: int = 2, reps: int = 10, 
                     per_sample = (est or 0.0) * row["batch"]
                     n = reps if est is None else min(reps, max(3, int(_REP_BUDGET_S / max(per_sample, 1e-9))))
                     fn = _kernel_call(k, A, Wk, include_activation_quant)
+                    use_graph = graph and k.device == "cuda" and (k.afmt == "f32" or k.fused_quant)
+                    row["timing"] = "cuda-graph" if use_graph else "events" if k.device == "cuda" else "perf_counter"
                     t = time_callable(fn, k.device, warmup=warmup if est is None or est < 0.5 else 1, reps=n,
-                                      batch=row["batch"])
+                                      batch=row["batch"], graph=use_graph)
             except Exception as e:  # noqa: BLE001 - one broken kernel must not end a long sweep
                 row.update(status="error", reason=f"{type(e).__name__}: {e}".splitlines()[0][:200])
                 if progress:
@@ -521,6 +545,7 @@ COLUMNS = {
     "status": "ok, skipped or error", "reason": "why skipped or failed",
     "median_ms": "median time of one call", "min_ms": "fastest call", "reps": "timed samples",
     "batch": "calls per sample: 1 = call by call; R = R back-to-back calls (ggml: R mul_mat nodes in one graph)",
+    "timing": "events (CUDA events around Python calls), cuda-graph (replay of captured calls), perf_counter (CPU), ggml",
     "tflops": "2*M*N*K / median time / 1e12", "gflops": "the same in GFLOP/s",
     "gbps": "bytes / median time / 1e9", "bytes": "fewest bytes a call must move (weights, activations as read, C)",
     "est_ms": "estimated time of one call from probe runs (slow kernels only)",
@@ -664,6 +689,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--batched", action="store_true",
                    help="time our kernels as R back-to-back calls per sample, as test-backend-ops times ggml "
                         "(on by default with --ggml)")
+    p.add_argument("--graph", action="store_true",
+                   help="CUDA kernels taking float32 activations: time CUDA-graph replays of the batched calls "
+                        "(GPU time without Python's per-call cost)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="results folder (default bench_results/<machine-slug>/<date>)")
     p.add_argument("--no-ceilings", action="store_true", help="skip measuring copy bandwidth and peak matmul rate")
@@ -711,7 +739,7 @@ def main(argv=None) -> int:
                   f"matmul TFLOPS: {rates}", flush=True)
     rows = run_sweep(kernels, shapes, warmup=args.warmup, reps=args.reps, max_seconds=args.max_seconds,
                      include_activation_quant=include_aq, seed=args.seed, progress=not args.quiet, baseline=False,
-                     batched=args.batched or args.ggml)
+                     batched=args.batched or args.ggml, graph=args.graph)
     print()
     print(format_table(rows))
     out = Path(args.out) if args.out else ROOT / "bench_results" / header["machine_slug"] / _dt.date.today().isoformat()

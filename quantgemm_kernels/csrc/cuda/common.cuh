@@ -54,3 +54,32 @@ __device__ __forceinline__ int quantize_q8_1_lane(float v, fp16_bits& d16, fp16_
     s16 = fp32_to_fp16(__fmul_rn((float)warp_sum(q), d));
     return q;
 }
+
+// The same quantizer by one thread for a whole block (x[0..31] in registers): quants packed four
+// to a word (qw[0..7], word i = values 4i..4i+3), d and s as fp16. Every step is order-free (a max,
+// an integer sum, per-value roundings), so the bytes equal the warp version's and the reference's.
+__device__ __forceinline__ void quantize_q8_1_thread(const float* x, int* qw, fp16_bits& d16, fp16_bits& s16) {
+    float amax = 0.0f;
+    bool finite = true;
+#pragma unroll
+    for (int j = 0; j < 32; j++) {
+        amax = fmaxf(amax, fabsf(x[j]));
+        finite = finite && isfinite(x[j]);
+    }
+    const float d = __fdiv_rn(amax, 127.0f);
+    const float id = inverse_scale(d);
+    int sum = 0;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        uint32_t w = 0;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int q = (int)roundf(__fmul_rn(x[4 * i + j], id));
+            sum += q;
+            w |= (uint32_t)(q & 0xFF) << (8 * j);
+        }
+        qw[i] = finite ? (int)w : 0;
+    }
+    d16 = finite ? fp32_to_fp16(d) : (fp16_bits)0x7E00;
+    s16 = finite ? fp32_to_fp16(__fmul_rn((float)sum, d)) : (fp16_bits)0x7E00;
+}

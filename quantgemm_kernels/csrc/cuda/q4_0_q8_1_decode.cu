@@ -15,18 +15,23 @@
 //    shared memory, before its first row (llama.cpp launches a separate quantize_q8_1 kernel and
 //    reads its output back from global memory). For N = 1 that is 14336 values from L2 per CTA,
 //    hidden behind the weight loads each lane issues before the quantization starts.
-//    The bytes in shared memory are llama.cpp's Q8_1 (quantize_q8_1_lane, common.cuh): the
+//    The bytes in shared memory are llama.cpp's Q8_1 (quantize_q8_1_thread, common.cuh): the
 //    results are those of chapter 4's reference, to float rounding.
 //  * A layout for shared memory that keeps 32 lanes on 32 banks. Lane u works on unit u, so
 //    lanes read activation blocks 8 blocks (256 B) apart: without padding, all 32 lanes would
 //    hit the same bank. One 16-byte pad per unit shifts each lane by 4 banks (a 128-bit read is
 //    served 8 lanes at a time: 8 x 4 banks, no conflict); the (d, s) pairs get one pad per unit.
-//  * Many rows per CTA, weights unpacked once per block and reused for every token, warp-shuffle
-//    reductions (deterministic: fixed order), and a grid of a few CTAs per SM that loops over
-//    rows, so the activations are quantized a few hundred times rather than once per row.
+//  * Coalesced loads, staged per warp. If each lane loaded its own 144-byte unit, one warp
+//    instruction would touch 32 addresses 144 B apart (36 cache lines: the L1 serves it in many
+//    passes, and the profiler showed L1 busy while HBM idled at a third of its bandwidth). Instead
+//    a warp reads a step of 32 units (4608 B) as 9 instructions of 512 consecutive bytes, parks it
+//    in its own shared-memory buffer, and each lane then takes its unit from there. The next
+//    step's loads are issued before the math on the current one.
+//  * Warp w of the grid owns rows w, w + (all warps), ...; weights unpacked once per block and
+//    reused for every token; a butterfly shuffle per row sums the 32 lanes (fixed order:
+//    deterministic); a grid of at most 2 CTAs per SM, so the activations are quantized a few
+//    hundred times rather than once per row.
 //
-// Work split: LPR lanes per row (a power of two, 32 unless a row has fewer units), 32 / LPR rows
-// per warp at a time, 8 warps per CTA. Lane `sub` of a row takes units sub, sub + LPR, ...
 // Passes: N is cut into passes of T <= 8 tokens (T a template parameter: the accumulators stay in
 // registers); K is cut into chunks when T tokens of Q8_1 would not fit in shared memory (later
 // chunks add to C, in order: still deterministic).
@@ -95,11 +100,10 @@ struct Unit {  // 8 consecutive weight blocks of one row, as raw 32-bit words
     static_assert(BYTES % 16 == 0, "8 blocks are a whole number of 16-byte vectors");
     uint32_t w[VECS * 4 + 1];  // +1: word_at may read one word past the last block's end
 
-    __device__ __forceinline__ void load(const uint8_t* p) {  // p is 16-byte aligned
-        const uint4* v = (const uint4*)p;
+    __device__ __forceinline__ void load_shared(const uint4* v) {
 #pragma unroll
         for (int i = 0; i < VECS; i++) {
-            const uint4 x = __ldg(v + i);
+            const uint4 x = v[i];
             w[4 * i] = x.x; w[4 * i + 1] = x.y; w[4 * i + 2] = x.z; w[4 * i + 3] = x.w;
         }
         w[VECS * 4] = 0;
@@ -114,122 +118,177 @@ struct Unit {  // 8 consecutive weight blocks of one row, as raw 32-bit words
     }
 };
 
+// Shared memory of one launch: activation quants | activation (d, s) | one staging buffer per warp.
+struct DecodeSmem {
+    size_t act_qs, act_ds, stage, total;  // byte offsets, 16-byte aligned
+    __host__ __device__ DecodeSmem(int T, int nu, int unit_vecs) {
+        act_qs = 0;
+        act_ds = act_qs + (size_t)T * nu * A_UNIT_VECS * 16;
+        stage = act_ds + (((size_t)T * nu * A_UNIT_DS * 8 + 15) / 16) * 16;
+        total = stage + (size_t)DEC_WARPS * 32 * unit_vecs * 16;
+    }
+};
+
 template <class WF, int T>
-__global__ void __launch_bounds__(DEC_THREADS)
+// Q4_0: 2 CTAs per SM (at most 128 registers); Q8_0 units are twice as wide and need more.
+__global__ void __launch_bounds__(DEC_THREADS, WF::offset == 8 ? 2 : 1)
 decode_kernel(const float* __restrict__ A, const typename WF::block* __restrict__ W, float* __restrict__ C,
-              int M, int K, int nb_total, int kb0, int nb, int lpr, bool accumulate) {
+              int M, int K, int nb_total, int kb0, int nb, bool accumulate) {
     // This launch: tokens A[0 .. T) (rows of K floats), blocks [kb0, kb0 + nb) of every weight row
     // (rows are nb_total blocks long), C rows [0 .. T) (M floats each), added to C if accumulate.
+    // Warp w of the grid owns rows w, w + (all warps), ...; a row is read in steps of 32 units.
+    constexpr int VECS = Unit<WF>::VECS;        // 16-byte vectors per unit: 9 (Q4_0), 17 (Q8_0)
+    constexpr int STEP_VECS = 32 * VECS;        // one step: 32 units, one per lane
     extern __shared__ int4 smem[];
     const int nu = (nb + UNIT - 1) / UNIT;
-    ActSmem act{smem, (float2*)(smem + (size_t)T * nu * A_UNIT_VECS), nu};
+    const DecodeSmem lay(T, nu, VECS);
+    char* base = (char*)smem;
+    const ActSmem act{(int4*)(base + lay.act_qs), (float2*)(base + lay.act_ds), nu};
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const int sub = lane % lpr;                       // this lane's place in its row's group
-    const int rows_per_step = DEC_WARPS * (32 / lpr);
+    uint4* stage = (uint4*)(base + lay.stage) + warp * STEP_VECS;
+    const int warps_total = gridDim.x * DEC_WARPS;
     const bool units = nb_total % UNIT == 0 && kb0 % UNIT == 0;  // every unit 16-byte aligned
-    const int work = units ? nu : nb;                 // items per row: units or single blocks
+    const int steps_per_row = (nu + 31) / 32;
 
-    // First weight unit of this lane, requested before the quantization so that HBM is busy.
-    int row = blockIdx.x * rows_per_step + warp * (32 / lpr) + lane / lpr;
-    Unit<WF> cur;
-    if (units && row < M && sub < work)
-        cur.load((const uint8_t*)(W + (int64_t)row * nb_total + kb0 + UNIT * sub));
+    // The step (row, s) as the warp loads it: vector lane + 32 i of the step's bytes, coalesced
+    // (a warp instruction reads 512 consecutive bytes), into registers; stored to the warp's
+    // staging buffer later, where lane u finds its unit's VECS vectors back to back.
+    uint4 pre[VECS];
+    auto fetch = [&](int r, int s) {
+        const uint4* src = (const uint4*)(W + (int64_t)r * nb_total + kb0) + (int64_t)s * STEP_VECS;
+        const int count = min(32, nu - 32 * s) * VECS;
+#pragma unroll
+        for (int i = 0; i < VECS; i++)
+            if (lane + 32 * i < count) pre[i] = __ldg(src + lane + 32 * i);
+    };
+    int row = blockIdx.x * DEC_WARPS + warp, s = 0;
+    if (units && row < M) fetch(row, 0);  // in flight while the activations are quantized
 
-    // Quantize the activations into shared memory: one warp per 32-value block.
-    for (int b = warp; b < T * nb; b += DEC_WARPS) {
-        const int t = b / nb, kb = b % nb;
-        const float x = A[(int64_t)t * K + (int64_t)(kb0 + kb) * QK + lane];
-        fp16_bits d16, s16;
-        const int q = quantize_q8_1_lane(x, d16, s16);
-        int8_t* qs = (int8_t*)(act.qs + ((size_t)t * nu + kb / UNIT) * A_UNIT_VECS + 2 * (kb % UNIT));
-        qs[lane] = (int8_t)q;
-        if (lane == 0) act.ds[((size_t)t * nu + kb / UNIT) * A_UNIT_DS + kb % UNIT] =
-            make_float2(scale_to_float(d16), scale_to_float(s16));
+    // Quantize the activations into shared memory: one thread per 32-value block, two blocks per
+    // round so that 16 independent 16-byte loads per thread are in flight (a warp per block, one
+    // block at a time, waited on L2 once per block: 8x slower at N = 8, measured).
+    for (int b0 = threadIdx.x; b0 < T * nb; b0 += 2 * DEC_THREADS) {
+        float x[2][QK];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int b = b0 + h * DEC_THREADS;
+            if (b < T * nb) {
+                const float4* src = (const float4*)(A + (int64_t)(b / nb) * K + (int64_t)(kb0 + b % nb) * QK);
+#pragma unroll
+                for (int j = 0; j < QK / 4; j++) {
+                    const float4 v = src[j];
+                    x[h][4 * j] = v.x; x[h][4 * j + 1] = v.y; x[h][4 * j + 2] = v.z; x[h][4 * j + 3] = v.w;
+                }
+            }
+        }
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int b = b0 + h * DEC_THREADS;
+            if (b >= T * nb) break;
+            const int t = b / nb, kb = b % nb;
+            int qw[8];
+            fp16_bits d16, s16;
+            quantize_q8_1_thread(x[h], qw, d16, s16);
+            int4* dst = act.qs + ((size_t)t * nu + kb / UNIT) * A_UNIT_VECS + 2 * (kb % UNIT);
+            dst[0] = make_int4(qw[0], qw[1], qw[2], qw[3]);
+            dst[1] = make_int4(qw[4], qw[5], qw[6], qw[7]);
+            act.ds[((size_t)t * nu + kb / UNIT) * A_UNIT_DS + kb % UNIT] =
+                make_float2(scale_to_float(d16), scale_to_float(s16));
+        }
     }
     __syncthreads();
 
-    for (int row0 = blockIdx.x * rows_per_step; row0 < M; row0 += gridDim.x * rows_per_step) {
-        row = row0 + warp * (32 / lpr) + lane / lpr;
-        float acc[T];
+    float acc[T];
 #pragma unroll
-        for (int t = 0; t < T; t++) acc[t] = 0.0f;
-        if (row < M) {
-            const typename WF::block* w_row = W + (int64_t)row * nb_total + kb0;
-            if (units) {
-                for (int u = sub; u < work; u += lpr) {
-                    if (u != sub || row0 != blockIdx.x * rows_per_step)
-                        cur.load((const uint8_t*)(w_row + UNIT * u));  // (the first was loaded early)
-                    Unit<WF> nxt;  // the lane's next unit of this row, in flight during the math
-                    const bool more = u + lpr < work;
-                    if (more) nxt.load((const uint8_t*)(w_row + UNIT * (u + lpr)));
+    for (int t = 0; t < T; t++) acc[t] = 0.0f;
+    auto finish_row = [&](int r) {  // butterfly sum over the warp (fixed order), lane 0 writes
 #pragma unroll
-                    for (int i = 0; i < UNIT; i++) {
-                        int v[WF::qs_words];
-                        float d_w;
-                        cur.block(i, v, d_w);
-                        block_times_tokens<WF, T>(v, d_w, act, UNIT * u + i, acc);
-                    }
-                    if (!more) break;
-                    u += lpr;
-#pragma unroll
-                    for (int i = 0; i < UNIT; i++) {
-                        int v[WF::qs_words];
-                        float d_w;
-                        nxt.block(i, v, d_w);
-                        block_times_tokens<WF, T>(v, d_w, act, UNIT * u + i, acc);
-                    }
-                }
-            } else {
-                for (int kb = sub; kb < nb; kb += lpr) {  // unaligned rows: block by block, 16-bit loads
-                    int v[WF::qs_words];
-#pragma unroll
-                    for (int j = 0; j < WF::qs_words; j++) v[j] = load_int_b2(w_row[kb].qs, j);
-                    block_times_tokens<WF, T>(v, scale_to_float(w_row[kb].d), act, kb, acc);
-                }
-            }
-        }
-        // Sum the lpr partial sums of each row: butterfly within the group, fixed order.
-#pragma unroll
-        for (int t = 0; t < T; t++)
-            for (int off = lpr / 2; off > 0; off >>= 1) acc[t] += __shfl_xor_sync(QG_FULL_MASK, acc[t], off);
-        if (sub == 0 && row < M) {
-#pragma unroll
-            for (int t = 0; t < T; t++) {
-                float* c = C + (int64_t)t * M + row;
+        for (int t = 0; t < T; t++) {
+            for (int off = 16; off > 0; off >>= 1) acc[t] += __shfl_xor_sync(QG_FULL_MASK, acc[t], off);
+            if (lane == 0) {
+                float* c = C + (int64_t)t * M + r;
                 *c = accumulate ? *c + acc[t] : acc[t];
             }
+            acc[t] = 0.0f;
         }
+    };
+
+    if (!units) {  // rows not 16-byte aligned in units: block by block, 16-bit loads
+        for (; row < M; row += warps_total) {
+            const typename WF::block* w_row = W + (int64_t)row * nb_total + kb0;
+            for (int kb = lane; kb < nb; kb += 32) {
+                int v[WF::qs_words];
+#pragma unroll
+                for (int j = 0; j < WF::qs_words; j++) v[j] = load_int_b2(w_row[kb].qs, j);
+                block_times_tokens<WF, T>(v, scale_to_float(w_row[kb].d), act, kb, acc);
+            }
+            finish_row(row);
+        }
+        return;
+    }
+
+    while (row < M) {
+        const int count = min(32, nu - 32 * s) * VECS;
+        __syncwarp();  // every lane is done with the previous step's staging buffer
+#pragma unroll
+        for (int i = 0; i < VECS; i++)
+            if (lane + 32 * i < count) stage[lane + 32 * i] = pre[i];
+        __syncwarp();
+        int next_row = row, next_s = s + 1;
+        if (next_s == steps_per_row) { next_s = 0; next_row += warps_total; }
+        if (next_row < M) fetch(next_row, next_s);  // the next step streams in during the math
+        const int u = 32 * s + lane;
+        if (u < nu) {
+            Unit<WF> cur;
+            cur.load_shared(stage + lane * VECS);
+#pragma unroll
+            for (int i = 0; i < UNIT; i++) {
+                int v[WF::qs_words];
+                float d_w;
+                cur.block(i, v, d_w);
+                block_times_tokens<WF, T>(v, d_w, act, UNIT * u + i, acc);
+            }
+        }
+        if (next_s == 0) finish_row(row);
+        row = next_row;
+        s = next_s;
     }
 }
 
-int device_int(cudaDeviceAttr attr) {
-    int dev = 0, v = 0;
+struct DeviceInfo { int sms = 0, smem_optin = 0; };
+const DeviceInfo& device_info() {  // looked up once per device, not per call
+    static DeviceInfo info[64];
+    int dev = 0;
     cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&v, attr, dev);
-    return v;
+    DeviceInfo& d = info[dev % 64];
+    if (d.sms == 0) {
+        cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+        cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev);
+    }
+    return d;
 }
 
 template <class WF, int T>
 void launch_pass(const float* A, const typename WF::block* W, float* C, int M, int K, int nb_total, int kb0,
                  int nb, bool accumulate, cudaStream_t stream) {
     const int nu = (nb + UNIT - 1) / UNIT;
-    const bool units = nb_total % UNIT == 0 && kb0 % UNIT == 0;
-    const int work = units ? nu : nb;
-    int lpr = 32;
-    while (lpr > 1 && lpr / 2 >= work) lpr /= 2;  // fewest lanes per row that still give each one item
-    const size_t smem = (size_t)T * nu * SMEM_PER_TOKEN_UNIT;
+    const size_t smem = DecodeSmem(T, nu, Unit<WF>::VECS).total;
     auto kernel = decode_kernel<WF, T>;
     if (smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    int per_sm = 0;
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, DEC_THREADS, smem);
-    const int rows_per_step = DEC_WARPS * (32 / lpr);
-    const int steps = (M + rows_per_step - 1) / rows_per_step;
-    // A few CTAs per SM, each looping over row steps: enough warps to keep HBM busy, few enough
-    // that the activations are not quantized again for every 8 rows.
-    const int ctas = std::max(1, std::min(steps, device_int(cudaDevAttrMultiProcessorCount) * std::min(per_sm, 2)));
-    kernel<<<ctas, DEC_THREADS, smem, stream>>>(A, W, C, M, K, nb_total, kb0, nb, lpr, accumulate);
+    int dev = 0;
+    cudaGetDevice(&dev);
+    static int per_sm_cache[8][256] = {};  // CTAs per SM, by device and units per row: a grid-size hint
+    int& per_sm = per_sm_cache[dev % 8][nu % 256];
+    if (per_sm == 0) {
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, DEC_THREADS, smem);
+        per_sm = std::max(per_sm, 1);
+    }
+    // A few CTAs per SM, their warps looping over rows: enough warps to keep HBM busy, few enough
+    // CTAs that the activations are not quantized again for every 8 rows.
+    const int warps_needed = (M + DEC_WARPS - 1) / DEC_WARPS;
+    const int ctas = std::max(1, std::min(warps_needed, device_info().sms * std::min(per_sm, 2)));
+    kernel<<<ctas, DEC_THREADS, smem, stream>>>(A, W, C, M, K, nb_total, kb0, nb, accumulate);
 }
-
 template <class WF>
 void launch_tokens(int T, const float* A, const typename WF::block* W, float* C, int M, int K, int nb_total,
                    int kb0, int nb, bool accumulate, cudaStream_t stream) {
@@ -250,9 +309,9 @@ void launch_tokens(int T, const float* A, const typename WF::block* W, float* C,
 template <class WF>
 void gemm_q8_1_decode(const GemmProblem& p, cudaStream_t stream) {
     const int nb_total = p.K / QK;
-    const int smem_max = device_int(cudaDevAttrMaxSharedMemoryPerBlockOptin);
-    // K chunk: as many whole units as fit for a full pass of MAX_T tokens.
-    const int chunk_units = std::max(1, smem_max / (MAX_T * SMEM_PER_TOKEN_UNIT));
+    // K chunk: as many whole units as fit in shared memory for a full pass of MAX_T tokens.
+    const int budget = device_info().smem_optin - (int)DecodeSmem(0, 0, Unit<WF>::VECS).total - 16;
+    const int chunk_units = std::max(1, budget / (MAX_T * SMEM_PER_TOKEN_UNIT));
     const int chunk = std::min(nb_total, chunk_units * UNIT);
     for (int n0 = 0; n0 < p.N; n0 += MAX_T) {
         const int T = std::min(MAX_T, p.N - n0);
