@@ -81,7 +81,13 @@ def build_config(with_cuda: bool) -> dict:
     if with_cuda:
         cflags.append("-DWITH_CUDA")
         cuda_flags.append("-DWITH_CUDA")
-    return {"sources": sources, "cflags": cflags, "cuda_flags": cuda_flags, "with_cuda": with_cuda}
+    # -lstdc++ before the compiler driver's own libraries: link the shared libstdc++, the one torch
+    # uses. On the course's GPU image the driver linked libstdc++ statically into the extension
+    # (no libstdc++.so in ldd, 792 exported symbols such as __cxa_allocate_exception); with two
+    # copies in the process, formatting a number in an error message (c10::str) crashed it.
+    ldflags = ["-lstdc++"]
+    return {"sources": sources, "cflags": cflags, "cuda_flags": cuda_flags, "ldflags": ldflags,
+            "with_cuda": with_cuda}
 
 
 def _fingerprint(cfg: dict) -> str:
@@ -91,7 +97,7 @@ def _fingerprint(cfg: dict) -> str:
     for f in sorted(p for p in CSRC.rglob("*") if p.is_file()):
         h.update(str(f.relative_to(CSRC)).encode())
         h.update(f.read_bytes())
-    h.update(repr((cfg["cflags"], cfg["cuda_flags"], [s.name for s in cfg["sources"]])).encode())
+    h.update(repr((cfg["cflags"], cfg["cuda_flags"], cfg["ldflags"], [s.name for s in cfg["sources"]])).encode())
     h.update(f"{torch.__version__}|{sys.version_info[:2]}|{os.environ.get('TORCH_CUDA_ARCH_LIST', '')}".encode())
     h.update(platform.node().encode() if "-march=native" in cfg["cflags"] else b"")  # native = this CPU
     return h.hexdigest()[:16]
@@ -177,6 +183,7 @@ def _compile(cfg: dict, name: str, build_dir: Path, with_cuda: bool) -> None:
             sources=[str(s) for s in cfg["sources"]],
             extra_cflags=cfg["cflags"],
             extra_cuda_cflags=cfg["cuda_flags"],
+            extra_ldflags=cfg["ldflags"],
             build_directory=str(build_dir),
             with_cuda=with_cuda,
             is_python_module=False,

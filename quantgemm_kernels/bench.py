@@ -557,10 +557,13 @@ COLUMNS = {
 
 def _git_commit() -> tuple[str | None, bool | None]:
     """HEAD's hash and whether tracked files differ from it; where the tree is a copy without git
-    history (a remote GPU machine), ``$QUANTGEMM_GIT_COMMIT`` names the commit instead."""
+    history (a remote GPU machine), ``$QUANTGEMM_GIT_COMMIT`` names the commit instead (and wins
+    when set: such a copy may carry a stale .git)."""
     def git(*args):
         return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=10)
 
+    if os.environ.get("QUANTGEMM_GIT_COMMIT"):  # set explicitly: a copied tree's git may be stale
+        return os.environ["QUANTGEMM_GIT_COMMIT"], None
     try:
         head = git("rev-parse", "HEAD")
         commit = head.stdout.strip()
