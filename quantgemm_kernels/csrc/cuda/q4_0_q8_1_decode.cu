@@ -24,9 +24,9 @@
 //  * Coalesced loads, staged per warp. If each lane loaded its own 144-byte unit, one warp
 //    instruction would touch 32 addresses 144 B apart (36 cache lines: the L1 serves it in many
 //    passes, and the profiler showed L1 busy while HBM idled at a third of its bandwidth). Instead
-//    a warp reads a step of 32 units (4608 B) as 9 instructions of 512 consecutive bytes, parks it
-//    in its own shared-memory buffer, and each lane then takes its unit from there. The next
-//    step's loads are issued before the math on the current one.
+//    a warp copies a step of 32 units (4608 B) as 9 cp.async instructions of 512 consecutive
+//    bytes straight into its own ring of shared-memory buffers, and each lane then takes its unit
+//    from there. Two or three steps per warp are in flight while it computes on the oldest.
 //  * Warp w of the grid owns rows w, w + (all warps), ...; weights unpacked once per block and
 //    reused for every token; a butterfly shuffle per row sums the 32 lanes (fixed order:
 //    deterministic); a grid of at most 2 CTAs per SM, so the activations are quantized a few
@@ -119,15 +119,26 @@ struct Unit {  // 8 consecutive weight blocks of one row, as raw 32-bit words
 };
 
 // Shared memory of one launch: activation quants | activation (d, s) | one staging buffer per warp.
+// Steps in flight per warp: 3 where shared memory allows (T <= 4), else 2.
+__host__ __device__ constexpr int decode_stages(int T) { return T <= 4 ? 3 : 2; }
+
 struct DecodeSmem {
     size_t act_qs, act_ds, stage, total;  // byte offsets, 16-byte aligned
-    __host__ __device__ DecodeSmem(int T, int nu, int unit_vecs) {
+    __host__ __device__ DecodeSmem(int T, int nu, int unit_vecs, int stages) {
         act_qs = 0;
         act_ds = act_qs + (size_t)T * nu * A_UNIT_VECS * 16;
         stage = act_ds + (((size_t)T * nu * A_UNIT_DS * 8 + 15) / 16) * 16;
-        total = stage + (size_t)DEC_WARPS * 32 * unit_vecs * 16;
+        total = stage + (size_t)DEC_WARPS * stages * 32 * unit_vecs * 16;
     }
 };
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int PENDING>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING)); }
 
 template <class WF, int T>
 // Q4_0: 2 CTAs per SM (at most 128 registers); Q8_0 units are twice as wide and need more.
@@ -139,30 +150,40 @@ decode_kernel(const float* __restrict__ A, const typename WF::block* __restrict_
     // Warp w of the grid owns rows w, w + (all warps), ...; a row is read in steps of 32 units.
     constexpr int VECS = Unit<WF>::VECS;        // 16-byte vectors per unit: 9 (Q4_0), 17 (Q8_0)
     constexpr int STEP_VECS = 32 * VECS;        // one step: 32 units, one per lane
+    constexpr int STAGES = decode_stages(T);
     extern __shared__ int4 smem[];
     const int nu = (nb + UNIT - 1) / UNIT;
-    const DecodeSmem lay(T, nu, VECS);
+    const DecodeSmem lay(T, nu, VECS, STAGES);
     char* base = (char*)smem;
     const ActSmem act{(int4*)(base + lay.act_qs), (float2*)(base + lay.act_ds), nu};
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    uint4* stage = (uint4*)(base + lay.stage) + warp * STEP_VECS;
+    uint4* ring = (uint4*)(base + lay.stage) + warp * STAGES * STEP_VECS;  // this warp's STAGES steps
     const int warps_total = gridDim.x * DEC_WARPS;
+    const int warp_global = blockIdx.x * DEC_WARPS + warp;
     const bool units = nb_total % UNIT == 0 && kb0 % UNIT == 0;  // every unit 16-byte aligned
     const int steps_per_row = (nu + 31) / 32;
+    const int rows_mine = warp_global < M ? (M - 1 - warp_global) / warps_total + 1 : 0;
+    const int items = rows_mine * steps_per_row;  // item i: row warp_global + (i / steps) * warps_total
 
-    // The step (row, s) as the warp loads it: vector lane + 32 i of the step's bytes, coalesced
-    // (a warp instruction reads 512 consecutive bytes), into registers; stored to the warp's
-    // staging buffer later, where lane u finds its unit's VECS vectors back to back.
-    uint4 pre[VECS];
-    auto fetch = [&](int r, int s) {
-        const uint4* src = (const uint4*)(W + (int64_t)r * nb_total + kb0) + (int64_t)s * STEP_VECS;
-        const int count = min(32, nu - 32 * s) * VECS;
+    // Item i (a step of 32 units of one row) goes to ring slot i % STAGES with cp.async: the warp
+    // copies 512 consecutive bytes per instruction (coalesced) straight into shared memory, where
+    // lane u later finds its unit's VECS vectors back to back. STAGES - 1 items stay in flight
+    // while the warp computes on the oldest; one commit group per item, empty past the end, so
+    // that wait_group<STAGES - 1> always means "the oldest item has landed".
+    auto issue = [&](int i) {
+        if (units && i < items) {
+            const int r = warp_global + (i / steps_per_row) * warps_total, st = i % steps_per_row;
+            const uint4* src = (const uint4*)(W + (int64_t)r * nb_total + kb0) + (int64_t)st * STEP_VECS;
+            uint4* dst = ring + (i % STAGES) * STEP_VECS;
+            const int count = min(32, nu - 32 * st) * VECS;
 #pragma unroll
-        for (int i = 0; i < VECS; i++)
-            if (lane + 32 * i < count) pre[i] = __ldg(src + lane + 32 * i);
+            for (int v = 0; v < VECS; v++)
+                if (lane + 32 * v < count) cp_async16(dst + lane + 32 * v, src + lane + 32 * v);
+        }
+        cp_async_commit();
     };
-    int row = blockIdx.x * DEC_WARPS + warp, s = 0;
-    if (units && row < M) fetch(row, 0);  // in flight while the activations are quantized
+#pragma unroll
+    for (int i = 0; i < STAGES - 1; i++) issue(i);  // in flight while the activations are quantized
 
     // Quantize the activations into shared memory: one thread per 32-value block, two blocks per
     // round so that 16 independent 16-byte loads per thread are in flight (a warp per block, one
@@ -214,7 +235,7 @@ decode_kernel(const float* __restrict__ A, const typename WF::block* __restrict_
     };
 
     if (!units) {  // rows not 16-byte aligned in units: block by block, 16-bit loads
-        for (; row < M; row += warps_total) {
+        for (int row = warp_global; row < M; row += warps_total) {
             const typename WF::block* w_row = W + (int64_t)row * nb_total + kb0;
             for (int kb = lane; kb < nb; kb += 32) {
                 int v[WF::qs_words];
@@ -227,31 +248,24 @@ decode_kernel(const float* __restrict__ A, const typename WF::block* __restrict_
         return;
     }
 
-    while (row < M) {
-        const int count = min(32, nu - 32 * s) * VECS;
-        __syncwarp();  // every lane is done with the previous step's staging buffer
-#pragma unroll
-        for (int i = 0; i < VECS; i++)
-            if (lane + 32 * i < count) stage[lane + 32 * i] = pre[i];
-        __syncwarp();
-        int next_row = row, next_s = s + 1;
-        if (next_s == steps_per_row) { next_s = 0; next_row += warps_total; }
-        if (next_row < M) fetch(next_row, next_s);  // the next step streams in during the math
-        const int u = 32 * s + lane;
+    for (int i = 0; i < items; i++) {
+        issue(i + STAGES - 1);       // into the slot computed on in iteration i - 1
+        cp_async_wait<STAGES - 1>();  // this lane's copies of item i have landed...
+        __syncwarp();                // ...and every other lane's
+        const int st = i % steps_per_row, u = 32 * st + lane;
         if (u < nu) {
             Unit<WF> cur;
-            cur.load_shared(stage + lane * VECS);
+            cur.load_shared(ring + (i % STAGES) * STEP_VECS + lane * VECS);
 #pragma unroll
-            for (int i = 0; i < UNIT; i++) {
+            for (int b = 0; b < UNIT; b++) {
                 int v[WF::qs_words];
                 float d_w;
-                cur.block(i, v, d_w);
-                block_times_tokens<WF, T>(v, d_w, act, UNIT * u + i, acc);
+                cur.block(b, v, d_w);
+                block_times_tokens<WF, T>(v, d_w, act, UNIT * u + b, acc);
             }
         }
-        if (next_s == 0) finish_row(row);
-        row = next_row;
-        s = next_s;
+        if (st == steps_per_row - 1) finish_row(warp_global + (i / steps_per_row) * warps_total);
+        __syncwarp();  // every lane is done with slot i % STAGES before it is refilled
     }
 }
 
@@ -272,7 +286,7 @@ template <class WF, int T>
 void launch_pass(const float* A, const typename WF::block* W, float* C, int M, int K, int nb_total, int kb0,
                  int nb, bool accumulate, cudaStream_t stream) {
     const int nu = (nb + UNIT - 1) / UNIT;
-    const size_t smem = DecodeSmem(T, nu, Unit<WF>::VECS).total;
+    const size_t smem = DecodeSmem(T, nu, Unit<WF>::VECS, decode_stages(T)).total;
     auto kernel = decode_kernel<WF, T>;
     if (smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     int dev = 0;
@@ -310,7 +324,7 @@ template <class WF>
 void gemm_q8_1_decode(const GemmProblem& p, cudaStream_t stream) {
     const int nb_total = p.K / QK;
     // K chunk: as many whole units as fit in shared memory for a full pass of MAX_T tokens.
-    const int budget = device_info().smem_optin - (int)DecodeSmem(0, 0, Unit<WF>::VECS).total - 16;
+    const int budget = device_info().smem_optin - (int)DecodeSmem(0, 0, Unit<WF>::VECS, decode_stages(MAX_T)).total - 16;
     const int chunk_units = std::max(1, budget / (MAX_T * SMEM_PER_TOKEN_UNIT));
     const int chunk = std::min(nb_total, chunk_units * UNIT);
     for (int n0 = 0; n0 < p.N; n0 += MAX_T) {
