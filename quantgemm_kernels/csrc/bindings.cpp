@@ -12,6 +12,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "gemm.h"
@@ -28,21 +29,44 @@
 
 namespace {
 
+// Error messages are built without iostreams: strings as they are, numbers with std::to_string,
+// torch types by name. On the course's GPU image (torch 2.11.0+cu130, g++ 13.3, Python 3.12) the
+// extension ends up with its own static copy of libstdc++ (792 exported symbols, no libstdc++.so
+// in ldd), and formatting a number through an ostream there (c10::str) crashed the process with a
+// segmentation fault, while the same throw with a message of strings only raised cleanly
+// (book/robustness.md). qg_str sidesteps the locale machinery that crash lives in.
+inline void qg_append(std::string& s, const char* v) { s += v; }
+inline void qg_append(std::string& s, const std::string& v) { s += v; }
+inline void qg_append(std::string& s, c10::string_view v) { s.append(v.data(), v.size()); }
+inline void qg_append(std::string& s, char v) { s += v; }
+inline void qg_append(std::string& s, at::ScalarType v) { s += c10::toString(v); }
+inline void qg_append(std::string& s, const c10::Device& v) {
+    s += c10::DeviceTypeName(v.type(), /*lower_case=*/true);
+    if (v.has_index()) s += ":" + std::to_string(v.index());
+}
+template <class T, std::enable_if_t<std::is_arithmetic_v<T>, int> = 0>
+inline void qg_append(std::string& s, T v) { s += std::to_string(v); }
+template <class T, std::enable_if_t<std::is_enum_v<T>, int> = 0>
+inline void qg_append(std::string& s, T v) { s += std::to_string(static_cast<long long>(v)); }
+template <class... Args>
+std::string qg_str(const Args&... args) {
+    std::string s;
+    (qg_append(s, args), ...);
+    return s;
+}
+
 // QG_CHECK(cond, message parts...): throw std::runtime_error (a Python RuntimeError). The Python
 // layer (api.py) has already raised a precise TypeError/ValueError for anything a user can pass;
 // these checks guard direct calls of torch.ops.quantgemm.* before memory is touched.
-// Why not TORCH_CHECK: on the torch 2.11.0+cu130 build of the course's GPU machines, a c10::Error
-// thrown from an extension's operator crashed the process (segfault) instead of raising, and so
-// did a std::invalid_argument from this file; a std::runtime_error was raised cleanly there.
 #define QG_CHECK(cond, ...) \
-    do { if (!(cond)) throw std::runtime_error(c10::str(__VA_ARGS__)); } while (0)
+    do { if (!(cond)) throw std::runtime_error(qg_str(__VA_ARGS__)); } while (0)
 
 struct FormatInfo { const char* name; QgFormat fmt; int64_t block_bytes; };
 const FormatInfo FORMATS[] = {{"q4_0", QG_Q4_0, 18}, {"q8_0", QG_Q8_0, 34}, {"q8_1", QG_Q8_1, 36}};
 
 const FormatInfo& format_info(const std::string& fmt) {
     for (const auto& f : FORMATS) if (fmt == f.name) return f;
-    throw std::runtime_error(c10::str("unknown format '", fmt, "': expected one of q4_0, q8_0, q8_1"));
+    throw std::runtime_error(qg_str("unknown format '", fmt, "': expected one of q4_0, q8_0, q8_1"));
 }
 
 void check_float_rows(const at::Tensor& x, const char* what) {
@@ -161,7 +185,7 @@ const CudaKernel CUDA_KERNELS[] = {
 // A failed launch (bad configuration, or an error left by an earlier kernel) becomes an exception.
 void check_launch() {
     const cudaError_t err = cudaGetLastError();
-    if (err != cudaSuccess) throw std::runtime_error(c10::str("CUDA launch failed: ", cudaGetErrorString(err)));
+    if (err != cudaSuccess) throw std::runtime_error(qg_str("CUDA launch failed: ", cudaGetErrorString(err)));
 }
 
 // Vectorised loads want 16-byte aligned rows; torch's allocations are, slices may not be.

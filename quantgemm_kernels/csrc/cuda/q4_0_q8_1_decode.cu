@@ -119,8 +119,8 @@ struct Unit {  // 8 consecutive weight blocks of one row, as raw 32-bit words
 };
 
 // Shared memory of one launch: activation quants | activation (d, s) | one staging buffer per warp.
-// Steps in flight per warp: 3 where shared memory allows (T <= 4), else 2.
-__host__ __device__ constexpr int decode_stages(int T) { return T <= 4 ? 3 : 2; }
+// Steps in flight per warp: 3 where shared memory allows (Q4_0 steps, T <= 4), else 2.
+__host__ __device__ constexpr int decode_stages(int T, int unit_vecs) { return T <= 4 && unit_vecs <= 9 ? 3 : 2; }
 
 struct DecodeSmem {
     size_t act_qs, act_ds, stage, total;  // byte offsets, 16-byte aligned
@@ -150,7 +150,7 @@ decode_kernel(const float* __restrict__ A, const typename WF::block* __restrict_
     // Warp w of the grid owns rows w, w + (all warps), ...; a row is read in steps of 32 units.
     constexpr int VECS = Unit<WF>::VECS;        // 16-byte vectors per unit: 9 (Q4_0), 17 (Q8_0)
     constexpr int STEP_VECS = 32 * VECS;        // one step: 32 units, one per lane
-    constexpr int STAGES = decode_stages(T);
+    constexpr int STAGES = decode_stages(T, VECS);
     extern __shared__ int4 smem[];
     const int nu = (nb + UNIT - 1) / UNIT;
     const DecodeSmem lay(T, nu, VECS, STAGES);
@@ -286,7 +286,7 @@ template <class WF, int T>
 void launch_pass(const float* A, const typename WF::block* W, float* C, int M, int K, int nb_total, int kb0,
                  int nb, bool accumulate, cudaStream_t stream) {
     const int nu = (nb + UNIT - 1) / UNIT;
-    const size_t smem = DecodeSmem(T, nu, Unit<WF>::VECS, decode_stages(T)).total;
+    const size_t smem = DecodeSmem(T, nu, Unit<WF>::VECS, decode_stages(T, Unit<WF>::VECS)).total;
     auto kernel = decode_kernel<WF, T>;
     if (smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     int dev = 0;
@@ -324,7 +324,7 @@ template <class WF>
 void gemm_q8_1_decode(const GemmProblem& p, cudaStream_t stream) {
     const int nb_total = p.K / QK;
     // K chunk: as many whole units as fit in shared memory for a full pass of MAX_T tokens.
-    const int budget = device_info().smem_optin - (int)DecodeSmem(0, 0, Unit<WF>::VECS, decode_stages(MAX_T)).total - 16;
+    const int budget = device_info().smem_optin - (int)DecodeSmem(0, 0, Unit<WF>::VECS, decode_stages(MAX_T, Unit<WF>::VECS)).total - 16;
     const int chunk_units = std::max(1, budget / (MAX_T * SMEM_PER_TOKEN_UNIT));
     const int chunk = std::min(nb_total, chunk_units * UNIT);
     for (int n0 = 0; n0 < p.N; n0 += MAX_T) {
