@@ -81,11 +81,7 @@ def build_config(with_cuda: bool) -> dict:
     if with_cuda:
         cflags.append("-DWITH_CUDA")
         cuda_flags.append("-DWITH_CUDA")
-    # -lstdc++ before the compiler driver's own libraries: link the shared libstdc++, the one torch
-    # uses. On the course's GPU image the driver linked libstdc++ statically into the extension
-    # (no libstdc++.so in ldd, 792 exported symbols such as __cxa_allocate_exception); with two
-    # copies in the process, formatting a number in an error message (c10::str) crashed it.
-    ldflags = ["-lstdc++"]
+    ldflags: list[str] = []  # (tried -lstdc++ against the GPU image's static libstdc++: no effect)
     return {"sources": sources, "cflags": cflags, "cuda_flags": cuda_flags, "ldflags": ldflags,
             "with_cuda": with_cuda}
 

@@ -67,11 +67,11 @@ _CUDA = [
     Kernel("cuda_q8_0_q8_1_tiled_dp4a", "cuda", "q8_0", "q8_1", 4, "shared-memory tiles + __dp4a"),
     Kernel("cuda_q8_0_q8_1_vec_dp4a", "cuda", "q8_0", "q8_1", 4, "tiles + __dp4a + 32/128-bit loads, 4 blocks per step"),
     Kernel("cuda_q4_0_q8_1_decode", "cuda", "q4_0", "q8_1", 6,
-           "decode: 16-byte weight loads, fused activation quantization", fused_quant=True),
+           "decode: 16-byte weight loads, fused activation quantization", fused_quant=True, min_sm=(8, 0)),
     Kernel("cuda_q4_0_q8_1_mma", "cuda", "q4_0", "q8_1", 6,
            "int8 tensor cores (mma.sync m16n8k32), 128x128 tiles", fused_quant=True, min_sm=(8, 0)),
     Kernel("cuda_q8_0_q8_1_decode", "cuda", "q8_0", "q8_1", 6,
-           "decode: 16-byte weight loads, fused activation quantization", fused_quant=True),
+           "decode: 16-byte weight loads, fused activation quantization", fused_quant=True, min_sm=(8, 0)),
     Kernel("cuda_q8_0_q8_1_mma", "cuda", "q8_0", "q8_1", 6,
            "int8 tensor cores (mma.sync m16n8k32), 128x128 tiles", fused_quant=True, min_sm=(8, 0)),
 ]

@@ -32,6 +32,7 @@
 //    deterministic); a grid of at most 2 CTAs per SM, so the activations are quantized a few
 //    hundred times rather than once per row.
 //
+// Needs sm_80 (cp.async); the registry's min_sm makes gemm() refuse older GPUs with a clear error.
 // Passes: N is cut into passes of T <= 8 tokens (T a template parameter: the accumulators stay in
 // registers); K is cut into chunks when T tokens of Q8_1 would not fit in shared memory (later
 // chunks add to C, in order: still deterministic).
