@@ -73,17 +73,13 @@ def build_config(with_cuda: bool) -> dict:
     # -ffp-contract=off: no silent fused multiply-adds, so the quantizers round exactly as
     # llama.cpp's C reference does; kernels that want an FMA write fmaf() themselves.
     # No -std flag: torch's cpp_extension passes the standard its headers were built for (C++20
-    # from torch 2.10 on); forcing -std=c++17 after it compiles torch's headers in another mode
-    # than libtorch, and on the GPU image (g++ 13) every exception from our operators then
-    # crashed the process instead of raising (book/robustness.md).
+    # from torch 2.10 on); a -std=c++17 after it would compile torch's headers in another mode.
     cflags = ["-O3", "-ffp-contract=off", *_cpu_arch_flags()]
     cuda_flags = ["-O3", "-lineinfo"]
     if with_cuda:
         cflags.append("-DWITH_CUDA")
         cuda_flags.append("-DWITH_CUDA")
-    ldflags: list[str] = []  # (tried -lstdc++ against the GPU image's static libstdc++: no effect)
-    return {"sources": sources, "cflags": cflags, "cuda_flags": cuda_flags, "ldflags": ldflags,
-            "with_cuda": with_cuda}
+    return {"sources": sources, "cflags": cflags, "cuda_flags": cuda_flags, "with_cuda": with_cuda}
 
 
 def _fingerprint(cfg: dict) -> str:
@@ -93,7 +89,7 @@ def _fingerprint(cfg: dict) -> str:
     for f in sorted(p for p in CSRC.rglob("*") if p.is_file()):
         h.update(str(f.relative_to(CSRC)).encode())
         h.update(f.read_bytes())
-    h.update(repr((cfg["cflags"], cfg["cuda_flags"], cfg["ldflags"], [s.name for s in cfg["sources"]])).encode())
+    h.update(repr((cfg["cflags"], cfg["cuda_flags"], [s.name for s in cfg["sources"]])).encode())
     h.update(f"{torch.__version__}|{sys.version_info[:2]}|{os.environ.get('TORCH_CUDA_ARCH_LIST', '')}".encode())
     h.update(platform.node().encode() if "-march=native" in cfg["cflags"] else b"")  # native = this CPU
     return h.hexdigest()[:16]
@@ -179,7 +175,6 @@ def _compile(cfg: dict, name: str, build_dir: Path, with_cuda: bool) -> None:
             sources=[str(s) for s in cfg["sources"]],
             extra_cflags=cfg["cflags"],
             extra_cuda_cflags=cfg["cuda_flags"],
-            extra_ldflags=cfg["ldflags"],
             build_directory=str(build_dir),
             with_cuda=with_cuda,
             is_python_module=False,
