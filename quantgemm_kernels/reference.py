@@ -61,8 +61,21 @@ def gemm_wq_af32(A: np.ndarray, Wq: np.ndarray, wfmt: str) -> np.ndarray:
     return gemm_f32(A, F.dequantize(Wq, wfmt))
 
 
-def gemm_wq_aq8_1(Aq: np.ndarray, Wq: np.ndarray, wfmt: str) -> np.ndarray:
-    """W4A8 / W8A8 on already quantized activations (Q8_1 bytes), block by block in integers."""
+def gemm_wq_aq8_1(Aq: np.ndarray, Wq: np.ndarray, wfmt: str, q4_0_formula: str = "compensated") -> np.ndarray:
+    """W4A8 / W8A8 on already quantized activations (Q8_1 bytes), block by block in integers.
+
+    Q4_0 weights have two formulas in llama.cpp, and the kernels of this course use both:
+
+    * ``"compensated"`` (ggml-cpu, ggml-cuda's MMVQ and dp4a MMQ, chapter 4): the integer dot runs
+      on the stored nibbles 0..15 and the -8 comes back as ``-8 * s_a``, with ``s_a`` as stored in
+      the Q8_1 block (rounded to fp16): ``d_w * (d_a * sum(q * a) - 8 * s_a)``.
+    * ``"signed"`` (ggml-cuda's MMQ on tensor cores, chapter 6's mma kernels): the nibbles become
+      ``q - 8`` before the integer dot: ``d_w * d_a * sum((q - 8) * a)``, exact, no ``s_a``.
+
+    They differ by ``8 * d_w * (s_a - d_a * sum(a))`` per block: the fp16 rounding of ``s_a``.
+    """
+    if q4_0_formula not in ("compensated", "signed"):
+        raise ValueError(f"q4_0_formula must be 'compensated' or 'signed', got {q4_0_formula!r}")
     wb, ab = F.as_blocks(Wq, wfmt), F.as_blocks(Aq, "q8_1")
     if wb.shape[1] != ab.shape[1]:
         raise ValueError(f"W has {wb.shape[1]} blocks per row, A has {ab.shape[1]}")
@@ -70,30 +83,35 @@ def gemm_wq_aq8_1(Aq: np.ndarray, Wq: np.ndarray, wfmt: str) -> np.ndarray:
     N = ab.shape[0]
     qw = F.unpack_quants(Wq, wfmt).reshape(M, nb, F.QK).astype(np.int64)
     qa = F.unpack_quants(Aq, "q8_1").reshape(N, nb, F.QK).astype(np.int64)
-    sumi = np.einsum("nbj,mbj->nmb", qa, qw)  # integer dot product per block: [N, M, nb]
     dw = wb["d"].astype(np.float64)[None, :, :]
     da = ab["d"].astype(np.float64)[:, None, :]
-    if wfmt == "q4_0":
+    if wfmt == "q4_0" and q4_0_formula == "compensated":
+        sumi = np.einsum("nbj,mbj->nmb", qa, qw)  # integer dot product per block: [N, M, nb]
         sa = ab["s"].astype(np.float64)[:, None, :]
         per_block = dw * (da * sumi - 8.0 * sa)  # the compensation: -8 folded into s_a
+    elif wfmt == "q4_0":
+        sumi = np.einsum("nbj,mbj->nmb", qa, qw - 8)  # signed nibbles: the exact integer dot
+        per_block = dw * da * sumi
     elif wfmt == "q8_0":
+        sumi = np.einsum("nbj,mbj->nmb", qa, qw)
         per_block = dw * da * sumi
     else:
         raise ValueError(f"no W x Q8_1 reference for weights {wfmt!r}")
     return per_block.sum(axis=2)
 
 
-def gemm(A: np.ndarray, W: np.ndarray, wfmt: str, afmt: str, q8_1_sum: str = "d_sum_q") -> np.ndarray:
+def gemm(A: np.ndarray, W: np.ndarray, wfmt: str, afmt: str, q8_1_sum: str = "d_sum_q",
+         q4_0_formula: str = "compensated") -> np.ndarray:
     """The reference for a kernel with weight format ``wfmt`` and activation format ``afmt``.
 
     ``A`` is float32 ``[N, K]``; ``W`` is float32 ``[M, K]`` (``wfmt="f32"``) or quantized bytes.
     For ``afmt="q8_1"`` the activations are quantized here with the reference quantizer, as the
-    kernels' ``gemm()`` quantizes them on their device.
+    kernels' ``gemm()`` quantizes them on their device; ``q4_0_formula`` as in ``gemm_wq_aq8_1``.
     """
     if wfmt == "f32" and afmt == "f32":
         return gemm_f32(A, W)
     if afmt == "f32":
         return gemm_wq_af32(A, W, wfmt)
     if afmt == "q8_1":
-        return gemm_wq_aq8_1(F.quantize_q8_1(np.asarray(A, np.float32), q8_1_sum), W, wfmt)
+        return gemm_wq_aq8_1(F.quantize_q8_1(np.asarray(A, np.float32), q8_1_sum), W, wfmt, q4_0_formula)
     raise ValueError(f"no reference for weights {wfmt!r} x activations {afmt!r}")

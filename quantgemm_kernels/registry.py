@@ -23,6 +23,9 @@ class Kernel:
     chapter: int
     title: str  #: the technique, in a few words
     q8_1_sum: str = "d_sum_q"  #: meaning of Q8_1's s when gemm() quantizes A for this kernel
+    #: Q4_0 x Q8_1 formula (reference.gemm_wq_aq8_1): "compensated" (-8 * s_a, llama.cpp's MMVQ)
+    #: or "signed" (nibbles made q - 8 before the integer dot, llama.cpp's MMQ on tensor cores)
+    q4_0_formula: str = "compensated"
     #: True: the kernel takes float32 A and quantizes it to Q8_1 itself, on the GPU, with no host
     #: round trip (chapter 6; llama.cpp's mul_mat does the same). A non-finite activation block
     #: then makes every output it touches NaN instead of raising.
@@ -66,12 +69,15 @@ _CUDA = [
     Kernel("cuda_q8_0_q8_1_dp4a", "cuda", "q8_0", "q8_1", 4, "__dp4a on the stored int8 words"),
     Kernel("cuda_q8_0_q8_1_tiled_dp4a", "cuda", "q8_0", "q8_1", 4, "shared-memory tiles + __dp4a"),
     Kernel("cuda_q8_0_q8_1_vec_dp4a", "cuda", "q8_0", "q8_1", 4, "tiles + __dp4a + 32/128-bit loads, 4 blocks per step"),
+    Kernel("cuda_q4_0_q8_1_decode_fused", "cuda", "q4_0", "q8_1", 6,
+           "decode: 16-byte weight loads, every CTA quantizes the activations", fused_quant=True, min_sm=(8, 0)),
     Kernel("cuda_q4_0_q8_1_decode", "cuda", "q4_0", "q8_1", 6,
-           "decode: 16-byte weight loads, fused activation quantization", fused_quant=True, min_sm=(8, 0)),
+           "decode: activations quantized once, copied by every CTA (PDL)", fused_quant=True, min_sm=(8, 0)),
     Kernel("cuda_q4_0_q8_1_mma", "cuda", "q4_0", "q8_1", 6,
-           "int8 tensor cores (mma.sync m16n8k32), 128x128 tiles", fused_quant=True, min_sm=(8, 0)),
+           "int8 tensor cores (mma.sync m16n8k32), 128x128 tiles", fused_quant=True, min_sm=(8, 0),
+           q4_0_formula="signed"),
     Kernel("cuda_q8_0_q8_1_decode", "cuda", "q8_0", "q8_1", 6,
-           "decode: 16-byte weight loads, fused activation quantization", fused_quant=True, min_sm=(8, 0)),
+           "decode: activations quantized once, copied by every CTA (PDL)", fused_quant=True, min_sm=(8, 0)),
     Kernel("cuda_q8_0_q8_1_mma", "cuda", "q8_0", "q8_1", 6,
            "int8 tensor cores (mma.sync m16n8k32), 128x128 tiles", fused_quant=True, min_sm=(8, 0)),
 ]

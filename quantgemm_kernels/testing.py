@@ -91,7 +91,7 @@ def check_kernel(kernel, M: int, N: int, K: int, dist: str = "normal", seed: int
     Wk = Wt if k.wfmt == "f32" else api.quantize(Wt, k.wfmt)
     C = api.gemm(At, Wk, k).cpu().numpy()
     Wref = W if k.wfmt == "f32" else Wk.cpu().numpy()
-    ref = R.gemm(A, Wref, k.wfmt, k.afmt, k.q8_1_sum)
+    ref = R.gemm(A, Wref, k.wfmt, k.afmt, k.q8_1_sum, k.q4_0_formula)
     return R.nmse(C, ref), C, ref
 
 

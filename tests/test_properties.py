@@ -64,5 +64,5 @@ def test_every_kernel_matches_reference_on_random_problems(kernel, M, N, nb, see
     Wt = torch.from_numpy(W).to(k.device)
     Wk = Wt if k.wfmt == "f32" else qk.quantize(Wt, k.wfmt)
     C = qk.gemm(torch.from_numpy(A).to(k.device), Wk, kernel).cpu().numpy()
-    ref = R.gemm(A, W if k.wfmt == "f32" else Wk.cpu().numpy(), k.wfmt, k.afmt, k.q8_1_sum)
+    ref = R.gemm(A, W if k.wfmt == "f32" else Wk.cpu().numpy(), k.wfmt, k.afmt, k.q8_1_sum, k.q4_0_formula)
     assert R.nmse(C, ref) <= KERNEL_NMSE

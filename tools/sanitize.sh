@@ -6,7 +6,8 @@
 #   SANITIZE_LOGS=_build/san tools/sanitize.sh  keep the logs there (default: a new temporary folder)
 #
 # Four tools, each over `python tools/sanitize_driver.py kernels` (every CUDA kernel on the ragged
-# shapes of testing.SANITIZE_SHAPES, the CUDA quantizers, appendix B's loads):
+# shapes of testing.SANITIZE_SHAPES, the CUDA quantizers, appendix B's loads, appendix C's
+# conv1d + SiLU kernel):
 #   memcheck   out-of-bounds and misaligned global/shared accesses, bad frees
 #   racecheck  shared-memory data races (a missing __syncthreads)
 #   initcheck  reads of global memory nobody wrote

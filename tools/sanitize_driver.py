@@ -3,7 +3,8 @@
     python tools/sanitize_driver.py build              build the extension (outside the sanitizer)
     python tools/sanitize_driver.py list               what `kernels` will call
     python tools/sanitize_driver.py kernels            every CUDA kernel of KERNELS on SANITIZE_SHAPES,
-                                                       the CUDA quantizers, the appendix B loads
+                                                       the CUDA quantizers, the appendix B loads,
+                                                       appendix C's conv1d + SiLU kernel
     python tools/sanitize_driver.py planted-misaligned a 32-bit load at a 2-byte-aligned address
     python tools/sanitize_driver.py planted-uninit     a kernel reading memory nobody wrote
 
@@ -25,6 +26,7 @@ import torch  # noqa: E402
 import quantgemm_kernels as qk  # noqa: E402
 from quantgemm_kernels import formats as F  # noqa: E402
 from quantgemm_kernels import misaligned as mis  # noqa: E402
+from quantgemm_kernels import simulation as sim  # noqa: E402
 from quantgemm_kernels.testing import KERNEL_NMSE, SANITIZE_SHAPES, check_kernel  # noqa: E402
 
 
@@ -38,7 +40,18 @@ def calls() -> list[str]:
     names = [f"{k.name} M={m} N={n} K={kk}" for k in qk.kernels(device="cuda") for (m, n, kk) in SANITIZE_SHAPES]
     names += [f"quantize/dequantize {fmt} on cuda" for fmt in F.FORMATS]
     names += [f"misaligned_demo {mode}" for mode in mis.LEGAL_MODES]
+    names += [f"conv1d_silu_int8 {c}" for c in CONV1D_CASES]
     return names
+
+
+#: appendix C's kernel: ragged (batch, channels, time, width), per-tensor and per-channel x scales,
+#: with and without bias, a sequence shorter than the filter, float output on and off.
+CONV1D_CASES = [
+    dict(batch=1, channels=1, time=1, width=4),
+    dict(batch=2, channels=3, time=2, width=4, with_bias=False),
+    dict(batch=1, channels=37, time=129, width=3, x_scale_per_channel=True),
+    dict(batch=3, channels=64, time=257, width=4),
+]
 
 
 def run_kernels() -> int:
@@ -67,6 +80,20 @@ def run_kernels() -> int:
         if not np.array_equal(mis.block_sums(q, mode).cpu().numpy(), ref):
             bad.append(f"misaligned_demo {mode}: differs from the reference")
     print("ok  misaligned_demo", flush=True)
+    for case in CONV1D_CASES:
+        inp = sim.make_inputs(seed=7, **case)
+        args = (inp.x, inp.w, inp.x_scale, inp.w_scale, inp.bias, inp.out_scale)
+        want_q, want_z = sim.simulate_faithful(*args, return_float=True)
+        for return_float in (False, True):
+            out = sim.conv1d_silu_int8(*(a.cuda() if isinstance(a, torch.Tensor) else a for a in args),
+                                       return_float=return_float)
+            q = out[0] if return_float else out
+            n_calls += 1
+            if not np.array_equal(q.cpu().numpy(), sim._np(want_q)):
+                bad.append(f"conv1d_silu_int8 {case} return_float={return_float}: q differs from the simulation")
+            if return_float and not sim.same_bits(out[1].cpu(), want_z):
+                bad.append(f"conv1d_silu_int8 {case}: z differs from the simulation")
+    print("ok  conv1d_silu_int8", flush=True)
     torch.cuda.synchronize()
     for b in bad:
         print("MISMATCH", b, flush=True)

@@ -27,9 +27,17 @@ enum QgFormat : int { QG_F32 = 0, QG_Q4_0 = 1, QG_Q8_0 = 2, QG_Q8_1 = 3,
                       // the binding passes A as float32 and a workspace of act_workspace_bytes(N, K)
                       QG_F32_AS_Q8_1 = 4 };
 
-// Workspace of the chapter 6 kernels: int8 quants [N][K], then float2 (d, -8 s) [N][K/32], 16-B aligned.
+// Workspace of the chapter 6 kernels (float32 activations quantized on the GPU), the larger of:
+//  * the mma kernel's: int8 quants [N][K], then float2 (d, c) [N][K/32], 16-byte aligned;
+//  * the decode kernel's image of its shared memory: per token, units of 8 blocks as
+//    QG_DECODE_UNIT_VECS 16-byte vectors (quants + a pad), then per token QG_DECODE_UNIT_DS
+//    float2 (d, s) per unit, rounded up to an even count.
+constexpr int QG_DECODE_UNIT_VECS = 17, QG_DECODE_UNIT_DS = 9;
 inline size_t act_workspace_bytes(int64_t N, int64_t K) {
-    return (size_t)(((N * K + 15) / 16) * 16 + N * (K / QK) * 8);
+    const int64_t nb = K / QK, nu = (nb + 7) / 8;
+    const size_t mma = (size_t)(((N * K + 15) / 16) * 16 + N * nb * 8);
+    const size_t decode = (size_t)(N * nu * QG_DECODE_UNIT_VECS * 16 + N * ((nu * QG_DECODE_UNIT_DS + 1) / 2 * 2) * 8);
+    return mma > decode ? mma : decode;
 }
 
 typedef void (*CpuGemmFn)(const GemmProblem& p, int m_begin, int m_end);

@@ -1,5 +1,6 @@
 // cuda/common.cuh: the device helpers the quantized CUDA kernels share: reading a scale, warp
-// reductions, and llama.cpp's Q8_1 activation quantizer as one warp per 32-value block.
+// reductions, llama.cpp's Q8_1 activation quantizer (a warp or a thread per 32-value block),
+// cutting words out of unaligned bytes, cp.async copies and programmatic dependent launch.
 //
 // A block stores its scale as fp16 bits (formats.h). formats.h's fp16_to_fp32 rebuilds the float
 // with integer tricks so that CPU code needs no fp16 support; the GPU has a conversion
@@ -82,4 +83,39 @@ __device__ __forceinline__ void quantize_q8_1_thread(const float* x, int* qw, fp
     }
     d16 = finite ? fp32_to_fp16(d) : (fp16_bits)0x7E00;
     s16 = finite ? fp32_to_fp16(__fmul_rn((float)sum, d)) : (fp16_bits)0x7E00;
+}
+
+// Word j (4 bytes) of a byte string held as 32-bit words, starting at byte `off`. After unrolling,
+// `off` is a constant: one register, or one funnel shift of two.
+__device__ __forceinline__ int word_at(const uint32_t* raw, int off) {
+    const int w = off >> 2, sh = off & 3;
+    return sh == 0 ? (int)raw[w] : (int)__funnelshift_r(raw[w], raw[w + 1], 8 * sh);
+}
+
+// cp.async (sm_80+): a 16-byte copy global -> shared that does not pass through registers. Copies
+// are grouped by commit; wait_group<n> waits until at most n of this thread's groups are pending.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int PENDING>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING)); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::); }
+
+// Programmatic dependent launch (sm_90+). A kernel launched with the programmatic-serialization
+// attribute may start while the previous kernel in the stream still runs; grid_dependency_wait()
+// blocks until that kernel has finished and its writes are visible, so everything before it must
+// not read what the previous kernel writes (it may read other inputs: the decode kernel starts
+// its weight copies there). allow_dependent_launch() in the previous kernel lets the dependent one
+// be scheduled before it finishes. Both are no-ops without the attribute or before sm_90.
+__device__ __forceinline__ void grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void allow_dependent_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::);
+#endif
 }

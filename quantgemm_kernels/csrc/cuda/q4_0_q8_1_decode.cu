@@ -11,12 +11,18 @@
 //    instructions, and the number of bytes in flight per SM is what sets a GEMV's bandwidth.
 //    Q8_0 is the same with 8 x 34 B = 17 x 16 B. Rows with K % 256 != 0 take a per-block path
 //    with 16-bit loads (correct everywhere, fast where it matters).
-//  * Activation quantization fused in. Every CTA quantizes the N x K activations itself, in
-//    shared memory, before its first row (llama.cpp launches a separate quantize_q8_1 kernel and
-//    reads its output back from global memory). For N = 1 that is 14336 values from L2 per CTA,
-//    hidden behind the weight loads each lane issues before the quantization starts.
-//    The bytes in shared memory are llama.cpp's Q8_1 (quantize_q8_1_thread, common.cuh): the
-//    results are those of chapter 4's reference, to float rounding.
+//  * Activations quantized once, copied by every CTA. A small kernel (quantize_image_kernel)
+//    quantizes the N x K activations to llama.cpp's Q8_1 bytes (quantize_q8_1_thread, common.cuh)
+//    and writes them to a workspace in exactly the padded layout the decode kernel keeps in shared
+//    memory, so each CTA fills its shared memory with plain 16-byte cp.async copies. The decode
+//    kernel is launched with programmatic dependent launch (sm_90): it starts while the quantizer
+//    still runs, issues its first weight copies (weights do not depend on the quantizer), and only
+//    then waits for the quantizer's results (grid_dependency_wait). llama.cpp also runs a separate
+//    quantize_q8_1 kernel, but its MMVQ then reads the activations from global memory per block.
+//    The previous step of the ladder, kept as cuda_q4_0_q8_1_decode_fused, had every CTA quantize
+//    all N x K floats itself: 4x the bytes from L2 per CTA plus the quantizer's arithmetic, once
+//    per CTA, not overlapped with the weight stream; it cost more with every token (measured in
+//    chapter 6).
 //  * A layout for shared memory that keeps 32 lanes on 32 banks. Lane u works on unit u, so
 //    lanes read activation blocks 8 blocks (256 B) apart: without padding, all 32 lanes would
 //    hit the same bank. One 16-byte pad per unit shifts each lane by 4 banks (a 128-bit read is
@@ -33,6 +39,7 @@
 //    hundred times rather than once per row.
 //
 // Needs sm_80 (cp.async); the registry's min_sm makes gemm() refuse older GPUs with a clear error.
+// The formula per block is MMVQ's: d_w * (d_a * sumi - 8 * s_a) with s_a from the Q8_1 block.
 // Passes: N is cut into passes of T <= 8 tokens (T a template parameter: the accumulators stay in
 // registers); K is cut into chunks when T tokens of Q8_1 would not fit in shared memory (later
 // chunks add to C, in order: still deterministic).
@@ -49,18 +56,17 @@ constexpr int MAX_T = 8;                       // tokens per pass
 constexpr int A_UNIT_VECS = UNIT * QK / 16 + 1;  // int4 per unit of activation quants: 16 + 1 pad
 constexpr int A_UNIT_DS = UNIT + 1;              // float2 (d, s) per unit: 8 + 1 pad
 constexpr int SMEM_PER_TOKEN_UNIT = A_UNIT_VECS * 16 + A_UNIT_DS * 8;  // 344 bytes
+static_assert(A_UNIT_VECS == QG_DECODE_UNIT_VECS && A_UNIT_DS == QG_DECODE_UNIT_DS,
+              "gemm.h sizes the workspace with the same layout");
 
-// Word j (4 bytes) of a byte string held in registers as 32-bit words, starting at byte `off`.
-// After unrolling, `off` is a constant: one register, or one funnel shift of two.
-__device__ __forceinline__ int word_at(const uint32_t* raw, int off) {
-    const int w = off >> 2, sh = off & 3;
-    return sh == 0 ? (int)raw[w] : (int)__funnelshift_r(raw[w], raw[w + 1], 8 * sh);
-}
+// One token's (d, s) pairs take an even number of float2 (a whole number of 16-byte vectors), so
+// that every token row, in the workspace and in shared memory, can be copied with cp.async.
+__host__ __device__ constexpr int ds_pitch(int nu) { return (nu * A_UNIT_DS + 1) / 2 * 2; }
 
 // Activation block `kb` of token t in shared memory: its 32 quants as 8 words, and (d, s).
 struct ActSmem {
     int4* qs;     // [T][nu][A_UNIT_VECS]
-    float2* ds;   // [T][nu][A_UNIT_DS]
+    float2* ds;   // [T][ds_pitch(nu)]: unit u's pairs at u * A_UNIT_DS
     int nu;       // units per row chunk
     __device__ __forceinline__ void load(int t, int kb, int* a, float2& dsv) const {
         const int u = kb / UNIT, i = kb % UNIT;
@@ -68,7 +74,7 @@ struct ActSmem {
         const int4 lo = p[0], hi = p[1];
         a[0] = lo.x; a[1] = lo.y; a[2] = lo.z; a[3] = lo.w;
         a[4] = hi.x; a[5] = hi.y; a[6] = hi.z; a[7] = hi.w;
-        dsv = ds[((size_t)t * nu + u) * A_UNIT_DS + i];
+        dsv = ds[(size_t)t * ds_pitch(nu) + u * A_UNIT_DS + i];
     }
 };
 
@@ -128,26 +134,28 @@ struct DecodeSmem {
     __host__ __device__ DecodeSmem(int T, int nu, int unit_vecs, int stages) {
         act_qs = 0;
         act_ds = act_qs + (size_t)T * nu * A_UNIT_VECS * 16;
-        stage = act_ds + (((size_t)T * nu * A_UNIT_DS * 8 + 15) / 16) * 16;
+        stage = act_ds + (size_t)T * ds_pitch(nu) * 8;
         total = stage + (size_t)DEC_WARPS * stages * 32 * unit_vecs * 16;
     }
 };
 
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int PENDING>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING)); }
+// Where a launch finds its tokens' activations. FUSED (the previous step of the ladder): float32
+// rows A[t * K ...], quantized by every CTA. Otherwise: the workspace image written by
+// quantize_image_kernel, token t's units at qs[t * nu_total ...] and pairs at ds[t * ds_pitch(nu_total)].
+struct ActSource {
+    const float* A;     // FUSED: tokens' float32 rows
+    const int4* qs;     // image: quants, A_UNIT_VECS per unit
+    const float2* ds;   // image: (d, s) pairs
+    int nu_total;       // image: units per token row (the whole K)
+};
 
-template <class WF, int T>
+template <class WF, int T, bool FUSED>
 // Q4_0: 2 CTAs per SM (at most 128 registers); Q8_0 units are twice as wide and need more.
 __global__ void __launch_bounds__(DEC_THREADS, WF::offset == 8 ? 2 : 1)
-decode_kernel(const float* __restrict__ A, const typename WF::block* __restrict__ W, float* __restrict__ C,
+decode_kernel(ActSource src, const typename WF::block* __restrict__ W, float* __restrict__ C,
               int M, int K, int nb_total, int kb0, int nb, bool accumulate) {
-    // This launch: tokens A[0 .. T) (rows of K floats), blocks [kb0, kb0 + nb) of every weight row
-    // (rows are nb_total blocks long), C rows [0 .. T) (M floats each), added to C if accumulate.
+    // This launch: T tokens (src), blocks [kb0, kb0 + nb) of every weight row (rows are nb_total
+    // blocks long), C rows [0 .. T) (M floats each), added to C if accumulate.
     // Warp w of the grid owns rows w, w + (all warps), ...; a row is read in steps of 32 units.
     constexpr int VECS = Unit<WF>::VECS;        // 16-byte vectors per unit: 9 (Q4_0), 17 (Q8_0)
     constexpr int STEP_VECS = 32 * VECS;        // one step: 32 units, one per lane
@@ -184,38 +192,58 @@ decode_kernel(const float* __restrict__ A, const typename WF::block* __restrict_
         cp_async_commit();
     };
 #pragma unroll
-    for (int i = 0; i < STAGES - 1; i++) issue(i);  // in flight while the activations are quantized
+    for (int i = 0; i < STAGES - 1; i++) issue(i);  // in flight while the activations arrive
 
-    // Quantize the activations into shared memory: one thread per 32-value block, two blocks per
-    // round so that 16 independent 16-byte loads per thread are in flight (a warp per block, one
-    // block at a time, waited on L2 once per block: 8x slower at N = 8, measured).
-    for (int b0 = threadIdx.x; b0 < T * nb; b0 += 2 * DEC_THREADS) {
-        float x[2][QK];
+    if constexpr (!FUSED) {
+        // The activations: wait for the quantizer (launched just before, programmatic dependent
+        // launch), then copy T token rows of the image, as they will sit in shared memory. Row
+        // chunks start at an even unit (the launcher's chunks are), so every copy is 16-byte aligned.
+        grid_dependency_wait();
+        const int u0 = kb0 / UNIT, qv = nu * A_UNIT_VECS, dv = ds_pitch(nu) / 2;
+        for (int c = threadIdx.x; c < T * qv; c += DEC_THREADS) {
+            const int t = c / qv, j = c % qv;
+            cp_async16(act.qs + c, src.qs + ((size_t)t * src.nu_total + u0) * A_UNIT_VECS + j);
+        }
+        const size_t g_pitch = ds_pitch(src.nu_total);
+        for (int c = threadIdx.x; c < T * dv; c += DEC_THREADS) {
+            const int t = c / dv, j = c % dv;
+            cp_async16((int4*)act.ds + c, (const int4*)(src.ds + t * g_pitch + (size_t)u0 * A_UNIT_DS) + j);
+        }
+        cp_async_commit();
+        cp_async_wait_all();  // (the weight steps issued above land too: they were issued first)
+    } else {
+        // Quantize the activations into shared memory: one thread per 32-value block, two blocks
+        // per round so that 16 independent 16-byte loads per thread are in flight (a warp per
+        // block, one block at a time, waited on L2 once per block: 8x slower at N = 8, measured).
+        const float* A = src.A;
+        for (int b0 = threadIdx.x; b0 < T * nb; b0 += 2 * DEC_THREADS) {
+            float x[2][QK];
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int b = b0 + h * DEC_THREADS;
-            if (b < T * nb) {
-                const float4* src = (const float4*)(A + (int64_t)(b / nb) * K + (int64_t)(kb0 + b % nb) * QK);
+            for (int h = 0; h < 2; h++) {
+                const int b = b0 + h * DEC_THREADS;
+                if (b < T * nb) {
+                    const float4* in = (const float4*)(A + (int64_t)(b / nb) * K + (int64_t)(kb0 + b % nb) * QK);
 #pragma unroll
-                for (int j = 0; j < QK / 4; j++) {
-                    const float4 v = src[j];
-                    x[h][4 * j] = v.x; x[h][4 * j + 1] = v.y; x[h][4 * j + 2] = v.z; x[h][4 * j + 3] = v.w;
+                    for (int j = 0; j < QK / 4; j++) {
+                        const float4 v = in[j];
+                        x[h][4 * j] = v.x; x[h][4 * j + 1] = v.y; x[h][4 * j + 2] = v.z; x[h][4 * j + 3] = v.w;
+                    }
                 }
             }
-        }
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int b = b0 + h * DEC_THREADS;
-            if (b >= T * nb) break;
-            const int t = b / nb, kb = b % nb;
-            int qw[8];
-            fp16_bits d16, s16;
-            quantize_q8_1_thread(x[h], qw, d16, s16);
-            int4* dst = act.qs + ((size_t)t * nu + kb / UNIT) * A_UNIT_VECS + 2 * (kb % UNIT);
-            dst[0] = make_int4(qw[0], qw[1], qw[2], qw[3]);
-            dst[1] = make_int4(qw[4], qw[5], qw[6], qw[7]);
-            act.ds[((size_t)t * nu + kb / UNIT) * A_UNIT_DS + kb % UNIT] =
-                make_float2(scale_to_float(d16), scale_to_float(s16));
+            for (int h = 0; h < 2; h++) {
+                const int b = b0 + h * DEC_THREADS;
+                if (b >= T * nb) break;
+                const int t = b / nb, kb = b % nb;
+                int qw[8];
+                fp16_bits d16, s16;
+                quantize_q8_1_thread(x[h], qw, d16, s16);
+                int4* dst = act.qs + ((size_t)t * nu + kb / UNIT) * A_UNIT_VECS + 2 * (kb % UNIT);
+                dst[0] = make_int4(qw[0], qw[1], qw[2], qw[3]);
+                dst[1] = make_int4(qw[4], qw[5], qw[6], qw[7]);
+                act.ds[(size_t)t * ds_pitch(nu) + (kb / UNIT) * A_UNIT_DS + kb % UNIT] =
+                    make_float2(scale_to_float(d16), scale_to_float(s16));
+            }
         }
     }
     __syncthreads();
@@ -270,7 +298,48 @@ decode_kernel(const float* __restrict__ A, const typename WF::block* __restrict_
     }
 }
 
-struct DeviceInfo { int sms = 0, smem_optin = 0; };
+// ---------------------------------------------------------------- the activation image
+// One thread per (token, unit, block of the unit): quantizes its 32 values with llama.cpp's Q8_1
+// rounding (or writes zeros for the blocks past K in a row's last unit) into the layout
+// ActSmem reads, pads included (written as zeros: they are copied, never used).
+__global__ void quantize_image_kernel(const float* __restrict__ A, int4* __restrict__ qs, float2* __restrict__ ds,
+                                      int N, int nb_total, int nu_total) {
+    allow_dependent_launch();  // the decode kernel may start now: it waits for our results itself
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (int64_t)N * nu_total * UNIT) return;
+    const int slot = (int)(i % UNIT);
+    const int64_t tu = i / UNIT;  // token * nu_total + unit
+    const int u = (int)(tu % nu_total), n = (int)(tu / nu_total);
+    const int kb = u * UNIT + slot;
+    int qw[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    float2 dsv = make_float2(0.0f, 0.0f);
+    if (kb < nb_total) {
+        float x[QK];
+        const float4* in = (const float4*)(A + ((int64_t)n * nb_total + kb) * QK);
+#pragma unroll
+        for (int j = 0; j < QK / 4; j++) {
+            const float4 v = in[j];
+            x[4 * j] = v.x; x[4 * j + 1] = v.y; x[4 * j + 2] = v.z; x[4 * j + 3] = v.w;
+        }
+        fp16_bits d16, s16;
+        quantize_q8_1_thread(x, qw, d16, s16);
+        dsv = make_float2(scale_to_float(d16), scale_to_float(s16));
+    }
+    int4* q = qs + tu * A_UNIT_VECS + 2 * slot;
+    q[0] = make_int4(qw[0], qw[1], qw[2], qw[3]);
+    q[1] = make_int4(qw[4], qw[5], qw[6], qw[7]);
+    float2* row_ds = ds + (int64_t)n * ds_pitch(nu_total);
+    row_ds[u * A_UNIT_DS + slot] = dsv;
+    if (slot == 0) {  // the unit's pads, and the row's last float2 when its pitch is rounded up
+        qs[tu * A_UNIT_VECS + 2 * UNIT] = make_int4(0, 0, 0, 0);
+        row_ds[u * A_UNIT_DS + UNIT] = make_float2(0.0f, 0.0f);
+        if (u == nu_total - 1 && ds_pitch(nu_total) > nu_total * A_UNIT_DS)
+            row_ds[nu_total * A_UNIT_DS] = make_float2(0.0f, 0.0f);
+    }
+}
+
+// ---------------------------------------------------------------- launchers
+struct DeviceInfo { int sms = 0, smem_optin = 0, major = 0; };
 const DeviceInfo& device_info() {  // looked up once per device, not per call
     static DeviceInfo info[64];
     int dev = 0;
@@ -278,17 +347,18 @@ const DeviceInfo& device_info() {  // looked up once per device, not per call
     DeviceInfo& d = info[dev % 64];
     if (d.sms == 0) {
         cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+        cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, dev);
         cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev);
     }
     return d;
 }
 
-template <class WF, int T>
-void launch_pass(const float* A, const typename WF::block* W, float* C, int M, int K, int nb_total, int kb0,
+template <class WF, int T, bool FUSED>
+void launch_pass(const ActSource& src, const typename WF::block* W, float* C, int M, int K, int nb_total, int kb0,
                  int nb, bool accumulate, cudaStream_t stream) {
     const int nu = (nb + UNIT - 1) / UNIT;
     const size_t smem = DecodeSmem(T, nu, Unit<WF>::VECS, decode_stages(T, Unit<WF>::VECS)).total;
-    auto kernel = decode_kernel<WF, T>;
+    auto kernel = decode_kernel<WF, T, FUSED>;
     if (smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     int dev = 0;
     cudaGetDevice(&dev);
@@ -299,47 +369,72 @@ void launch_pass(const float* A, const typename WF::block* W, float* C, int M, i
         per_sm = std::max(per_sm, 1);
     }
     // A few CTAs per SM, their warps looping over rows: enough warps to keep HBM busy, few enough
-    // CTAs that the activations are not quantized again for every 8 rows.
+    // CTAs that the activations are not copied (or quantized) again for every 8 rows.
     const int warps_needed = (M + DEC_WARPS - 1) / DEC_WARPS;
     const int ctas = std::max(1, std::min(warps_needed, device_info().sms * std::min(per_sm, 2)));
-    kernel<<<ctas, DEC_THREADS, smem, stream>>>(A, W, C, M, K, nb_total, kb0, nb, accumulate);
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(ctas);
+    cfg.blockDim = dim3(DEC_THREADS);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = !FUSED && device_info().major >= 9 ? 1 : 0;  // PDL: sm_90 and later
+    cudaLaunchKernelEx(&cfg, kernel, src, W, C, M, K, nb_total, kb0, nb, accumulate);
 }
-template <class WF>
-void launch_tokens(int T, const float* A, const typename WF::block* W, float* C, int M, int K, int nb_total,
+template <class WF, bool FUSED>
+void launch_tokens(int T, const ActSource& src, const typename WF::block* W, float* C, int M, int K, int nb_total,
                    int kb0, int nb, bool accumulate, cudaStream_t stream) {
     switch (T) {
-        case 1: launch_pass<WF, 1>(A, W, C, M, K, nb_total, kb0, nb, accumulate, stream); break;
-        case 2: launch_pass<WF, 2>(A, W, C, M, K, nb_total, kb0, nb, accumulate, stream); break;
-        case 3: launch_pass<WF, 3>(A, W, C, M, K, nb_total, kb0, nb, accumulate, stream); break;
-        case 4: launch_pass<WF, 4>(A, W, C, M, K, nb_total, kb0, nb, accumulate, stream); break;
-        case 5: launch_pass<WF, 5>(A, W, C, M, K, nb_total, kb0, nb, accumulate, stream); break;
-        case 6: launch_pass<WF, 6>(A, W, C, M, K, nb_total, kb0, nb, accumulate, stream); break;
-        case 7: launch_pass<WF, 7>(A, W, C, M, K, nb_total, kb0, nb, accumulate, stream); break;
-        default: launch_pass<WF, 8>(A, W, C, M, K, nb_total, kb0, nb, accumulate, stream); break;
+        case 1: launch_pass<WF, 1, FUSED>(src, W, C, M, K, nb_total, kb0, nb, accumulate, stream); break;
+        case 2: launch_pass<WF, 2, FUSED>(src, W, C, M, K, nb_total, kb0, nb, accumulate, stream); break;
+        case 3: launch_pass<WF, 3, FUSED>(src, W, C, M, K, nb_total, kb0, nb, accumulate, stream); break;
+        case 4: launch_pass<WF, 4, FUSED>(src, W, C, M, K, nb_total, kb0, nb, accumulate, stream); break;
+        case 5: launch_pass<WF, 5, FUSED>(src, W, C, M, K, nb_total, kb0, nb, accumulate, stream); break;
+        case 6: launch_pass<WF, 6, FUSED>(src, W, C, M, K, nb_total, kb0, nb, accumulate, stream); break;
+        case 7: launch_pass<WF, 7, FUSED>(src, W, C, M, K, nb_total, kb0, nb, accumulate, stream); break;
+        default: launch_pass<WF, 8, FUSED>(src, W, C, M, K, nb_total, kb0, nb, accumulate, stream); break;
     }
 }
 }  // namespace
 
-// A is float32 [N, K] (p.A), quantized inside; W is WF blocks [M, K/32].
-template <class WF>
+// A is float32 [N, K] (p.A); W is WF blocks [M, K/32]; p.workspace holds the activation image
+// (gemm.h: act_workspace_bytes) unless FUSED.
+template <class WF, bool FUSED>
 void gemm_q8_1_decode(const GemmProblem& p, cudaStream_t stream) {
-    const int nb_total = p.K / QK;
-    // K chunk: as many whole units as fit in shared memory for a full pass of MAX_T tokens.
-    const int budget = device_info().smem_optin - (int)DecodeSmem(0, 0, Unit<WF>::VECS, decode_stages(MAX_T, Unit<WF>::VECS)).total - 16;
-    const int chunk_units = std::max(1, budget / (MAX_T * SMEM_PER_TOKEN_UNIT));
+    const int nb_total = p.K / QK, nu_total = (nb_total + UNIT - 1) / UNIT;
+    // K chunk: as many whole units as fit in shared memory for a full pass of MAX_T tokens; an
+    // even number, so that every chunk's (d, s) pairs start 16-byte aligned.
+    const int budget = device_info().smem_optin -
+                       (int)DecodeSmem(0, 0, Unit<WF>::VECS, decode_stages(MAX_T, Unit<WF>::VECS)).total - 16 - 8 * MAX_T;
+    const int chunk_units = std::max(2, budget / (MAX_T * SMEM_PER_TOKEN_UNIT) / 2 * 2);
     const int chunk = std::min(nb_total, chunk_units * UNIT);
+    const float* A = (const float*)p.A;
+    int4* img_qs = (int4*)p.workspace;
+    float2* img_ds = (float2*)(img_qs + (size_t)p.N * nu_total * A_UNIT_VECS);
+    if (!FUSED) {
+        const int64_t threads = (int64_t)p.N * nu_total * UNIT;
+        quantize_image_kernel<<<(unsigned)((threads + 63) / 64), 64, 0, stream>>>(A, img_qs, img_ds, p.N, nb_total,
+                                                                                 nu_total);
+    }
     for (int n0 = 0; n0 < p.N; n0 += MAX_T) {
         const int T = std::min(MAX_T, p.N - n0);
+        const ActSource src{A + (int64_t)n0 * p.K, img_qs + (size_t)n0 * nu_total * A_UNIT_VECS,
+                            img_ds + (size_t)n0 * ds_pitch(nu_total), nu_total};
         for (int kb0 = 0; kb0 < nb_total; kb0 += chunk)
-            launch_tokens<WF>(T, (const float*)p.A + (int64_t)n0 * p.K, (const typename WF::block*)p.W,
-                              p.C + (int64_t)n0 * p.M, p.M, p.K, nb_total, kb0, std::min(chunk, nb_total - kb0),
-                              kb0 > 0, stream);
+            launch_tokens<WF, FUSED>(T, src, (const typename WF::block*)p.W, p.C + (int64_t)n0 * p.M, p.M, p.K,
+                                     nb_total, kb0, std::min(chunk, nb_total - kb0), kb0 > 0, stream);
     }
 }
 
-template void gemm_q8_1_decode<w_q4_0>(const GemmProblem&, cudaStream_t);
-template void gemm_q8_1_decode<w_q8_0>(const GemmProblem&, cudaStream_t);
+template void gemm_q8_1_decode<w_q4_0, false>(const GemmProblem&, cudaStream_t);
+template void gemm_q8_1_decode<w_q4_0, true>(const GemmProblem&, cudaStream_t);
+template void gemm_q8_1_decode<w_q8_0, false>(const GemmProblem&, cudaStream_t);
 
 }  // namespace gpu
 
-void cuda_q4_0_q8_1_decode(const GemmProblem& p, cudaStream_t stream) { gpu::gemm_q8_1_decode<gpu::w_q4_0>(p, stream); }
+void cuda_q4_0_q8_1_decode(const GemmProblem& p, cudaStream_t stream) {
+    gpu::gemm_q8_1_decode<gpu::w_q4_0, false>(p, stream);
+}

@@ -4,17 +4,28 @@
 //  * mma.sync.m16n8k32 (sm_80 and later): one warp multiplies a 16 x 32 int8 tile by a 32 x 8
 //    one in a single instruction, 4096 multiply-adds. k = 32 is exactly one block, so each mma
 //    is one block's integer dot product for a 16 x 8 patch of outputs, and the block's scales are
-//    applied to its four int32 results per thread right after (the compensation of chapter 4).
+//    applied to its four int32 results per thread right after. That scaling, not the mma, is the
+//    work that limits this kernel, so every instruction of it counts (below).
 //    Weights play the mma's A (rows = output features m), tokens its B (columns = n).
+//  * No compensation: llama.cpp's MMQ on tensor cores makes Q4_0's nibbles signed (q - 8) while
+//    loading its tile and computes d_w * d_a * sum((q - 8) * a), the exact integer dot, without
+//    chapter 4's -8 * s_a term (which uses s_a rounded to fp16). We do the same, so the per-block
+//    work is two FMAs: for dp4a kernels the compensation saves work, on tensor cores it costs.
+//    The signed nibble is made with one logic op: a nibble q moved to the top of its byte is the
+//    int8 16 * q, and flipping bit 7 makes it 16 * (q - 8). The mma then sums 16 * (q - 8) * a
+//    (|sum| < 2^20) and the weight scale is stored divided by 16 (exact: a power of two).
 //  * The fragment layouts. Lane (g = lane / 4, t = lane % 4) supplies A words for rows g and g+8,
 //    k = 4t..4t+3 and 16+4t..16+4t+3, and B words for column g, the same k; it gets back C for
 //    rows g, g+8 and columns 2t, 2t+1. A Q4_0 block's quant word t holds elements 4t..4t+3 in its
 //    low nibbles and 16+4t.. in its high ones: exactly the pair (a0, a2) the mma wants, one
-//    mask and one shift away. Nibbles stay 0..15 (the -8 lives in the compensation, as before).
+//    shift and one logic op away.
 //  * Integer to float for free: the mma adds its int32 accumulator input to the product, and
 //    0x4B400000 is the float 1.5 * 2^23. With that as the input, the result's bits are the float
-//    12582912 + sumi exactly (|sumi| < 2^22), so one FADD gives float(sumi): no I2F, which runs
-//    at a quarter of the FP32 rate and would otherwise be the bottleneck of the scaling step.
+//    12582912 + sumi exactly (|sumi| < 2^22): no I2F, which runs at a quarter of the FP32 rate.
+//    The offset is removed inside the scaling FMA: fmaf(d_a, 12582912 + sumi, c) with
+//    c = -12582912 * d_a (exact: 2 + 11 significant bits) is d_a * sumi rounded once, as if sumi
+//    had been converted first. c is computed with d_a by the quantizer, so per result the scaling
+//    is that FMA and one more for d_w: two instructions (the previous version spent three).
 //  * A 128 x 128 CTA tile (8 warps of 64 x 32), K in steps of 8 blocks, double-buffered in
 //    shared memory: the next step's activations arrive by cp.async and its weights by 128-bit
 //    loads into registers while the tensor cores work on the current step. Weights are staged
@@ -22,8 +33,9 @@
 //    words in registers and stored in a padded layout where every fragment read is free of bank
 //    conflicts. Shapes with K % 256 != 0 stage block by block (16-bit loads): correct, slower.
 //  * Activations are quantized first (quantize_q8_1_lane, llama.cpp's Q8_1 bytes and scales) into
-//    a workspace laid out for this kernel: int8 quants [N][K] (16-byte copies) and (d, -8 s) float
-//    pairs [N][K/32]. llama.cpp's MMQ does the same with its own q8_1_mmq layout.
+//    a workspace laid out for this kernel: int8 quants [N][K] (16-byte copies) and (d, c) float
+//    pairs [N][K/32]. llama.cpp's MMQ does the same with its own q8_1_mmq layout (d only, for
+//    Q4_0 and Q8_0 weights: s is not needed).
 #include <algorithm>
 
 #include "w_q8_1.cuh"
@@ -37,27 +49,30 @@ constexpr int THREADS = 256;
 constexpr int MT = WM / 16, NT = WN / 8;  // mma tiles per warp
 static_assert((BM / WM) * (BN / WN) * 32 == THREADS, "8 warps cover the CTA tile");
 constexpr int A_PITCH = KB * QK + 16;      // bytes per token row of activation quants (+16: banks)
-constexpr int A_DS_PITCH = KB + 2;         // float2 per token row of (d, -8s) (+2: banks, 16-B rows)
+constexpr int A_DS_PITCH = KB + 2;         // float2 per token row of (d, c) (+2: banks, 16-B rows)
 constexpr uint32_t MAGIC = 0x4B400000u;    // 1.5 * 2^23 as float bits
+constexpr float MAGIC_F = 12582912.0f;     // the same number as a float
 
 template <class WF>
 struct Tile {  // one K step in shared memory
     static constexpr int W_WORDS = KB * WF::qs_words + 4;  // words per weight row (+4: banks)
     uint32_t w[BM][W_WORDS];           // weight quants, row-major, blocks back to back
-    float wd[KB][BM];                  // weight scales [block][row]
+    float wd[KB][BM];                  // weight scales [block][row] (Q4_0: divided by 16)
     uint8_t a[BN][A_PITCH];            // activation quants [token][byte]
-    float2 ads[BN][A_DS_PITCH];        // activation (d, -8 s) [token][block]
+    float2 ads[BN][A_DS_PITCH];        // activation (d, c = -MAGIC_F * d) [token][block]
 };
 
 // ---------------------------------------------------------------- activation quantization
-// One warp per block; writes quants to qs [rows][K] and (d, -8 s) to ds [rows][K/32].
+// One warp per block; writes quants to qs [rows][K] and (d, -MAGIC_F * d) to ds [rows][K/32].
 __global__ void quantize_act_kernel(const float* __restrict__ x, int8_t* __restrict__ qs, float2* __restrict__ ds,
                                     int64_t total) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i - (threadIdx.x % 32) >= total) return;  // whole warps in or out (total % 32 == 0)
     fp16_bits d16, s16;
     qs[i] = (int8_t)quantize_q8_1_lane(x[i], d16, s16);
-    if (threadIdx.x % 32 == 0) ds[i / 32] = make_float2(scale_to_float(d16), -8.0f * scale_to_float(s16));
+    const float d = scale_to_float(d16);
+    if (threadIdx.x % 32 == 0) ds[i / 32] = make_float2(d, -MAGIC_F * d);
+    (void)s16;  // the signed formula needs no s
 }
 
 // ---------------------------------------------------------------- the GEMM
@@ -72,24 +87,13 @@ __device__ __forceinline__ void mma_s8(int (&d)[4], const int (&a)[4], const int
 #endif
 }
 
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
-}
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::); }
-
-__device__ __forceinline__ int word_at(const uint32_t* raw, int off) {  // as in the decode kernel
-    const int w = off >> 2, sh = off & 3;
-    return sh == 0 ? (int)raw[w] : (int)__funnelshift_r(raw[w], raw[w + 1], 8 * sh);
-}
-
 // The A fragment words of one weight block for the mma: (a0 a2) for a row from its quant words.
 template <class WF>
 __device__ __forceinline__ void weight_frag(const uint32_t* row_words, int t, int& k_lo, int& k_hi) {
     if constexpr (WF::offset == 8) {  // Q4_0: word t, low nibbles = k 4t.., high = k 16+4t..
-        const uint32_t v = row_words[t];
-        k_lo = (int)(v & 0x0F0F0F0Fu);
-        k_hi = (int)((v >> 4) & 0x0F0F0F0Fu);
+        const uint32_t v = row_words[t];  // each byte becomes the int8 16 * (q - 8)
+        k_lo = (int)(((v << 4) & 0xF0F0F0F0u) ^ 0x80808080u);
+        k_hi = (int)((v & 0xF0F0F0F0u) ^ 0x80808080u);
     } else {  // Q8_0: words t and t + 4
         k_lo = (int)row_words[t];
         k_hi = (int)row_words[t + 4];
@@ -104,6 +108,7 @@ mma_kernel(const int8_t* __restrict__ aq, const float2* __restrict__ ads, const 
     Tile<WF>* tiles = (Tile<WF>*)smem_raw;  // [2]
     constexpr int B = (int)sizeof(typename WF::block);
     constexpr int UNIT_VECS = KB * B / 16;  // 9 (Q4_0) or 17 (Q8_0)
+    constexpr float W_SCALE = WF::offset == 8 ? 1.0f / 16 : 1.0f;  // Q4_0's quants enter the mma as 16 * (q - 8)
     const int nb = K / QK;
     const int steps = (nb + KB - 1) / KB;
     const bool units = nb % KB == 0;  // every weight row's K step starts 16-byte aligned
@@ -131,7 +136,7 @@ mma_kernel(const int8_t* __restrict__ aq, const float2* __restrict__ ads, const 
         if (units) {
 #pragma unroll
             for (int b = 0; b < KB; b++) {
-                tile.wd[b][tid] = scale_to_float((fp16_bits)(raw[(B * b) >> 2] >> (8 * ((B * b) & 3))));
+                tile.wd[b][tid] = W_SCALE * scale_to_float((fp16_bits)(raw[(B * b) >> 2] >> (8 * ((B * b) & 3))));
 #pragma unroll
                 for (int j = 0; j < WF::qs_words; j++) dst[b * WF::qs_words + j] = word_at(raw, B * b + 2 + 4 * j);
             }
@@ -139,7 +144,7 @@ mma_kernel(const int8_t* __restrict__ aq, const float2* __restrict__ ads, const 
             for (int b = 0; b < KB; b++) {
                 const int kb = step * KB + b;
                 const typename WF::block* blk = W + (int64_t)wrow * nb + kb;
-                tile.wd[b][tid] = kb < nb ? scale_to_float(blk->d) : 0.0f;
+                tile.wd[b][tid] = kb < nb ? W_SCALE * scale_to_float(blk->d) : 0.0f;
                 for (int j = 0; j < WF::qs_words; j++) dst[b * WF::qs_words + j] = kb < nb ? load_int_b2(blk->qs, j) : 0;
             }
         }
@@ -224,12 +229,10 @@ mma_kernel(const int8_t* __restrict__ aq, const float2* __restrict__ ads, const 
                     int d[4];
                     mma_s8(d, af[i], bf[j], (int)MAGIC);
 #pragma unroll
-                    for (int r = 0; r < 4; r++) {
-                        const float sumf = __int_as_float(d[r]) - 12582912.0f;  // exactly sumi
-                        const float2 a = da[j][r & 1];
-                        const float w = dw[i][r >> 1];
-                        if constexpr (WF::offset == 8) acc[i][j][r] = fmaf(w, fmaf(a.x, sumf, a.y), acc[i][j][r]);
-                        else acc[i][j][r] = fmaf(w * a.x, sumf, acc[i][j][r]);
+                    for (int r = 0; r < 4; r++) {  // d[r] holds the float 12582912 + sumi
+                        const float2 a = da[j][r & 1];  // (d_a, -12582912 * d_a)
+                        const float dot = fmaf(a.x, __int_as_float(d[r]), a.y);  // d_a * sumi, one rounding
+                        acc[i][j][r] = fmaf(dw[i][r >> 1], dot, acc[i][j][r]);
                     }
                 }
         }
@@ -254,7 +257,7 @@ mma_kernel(const int8_t* __restrict__ aq, const float2* __restrict__ ads, const 
 
 template <class WF>
 void gemm_q8_1_mma(const GemmProblem& p, cudaStream_t stream) {
-    // p.A: float32 [N, K]; p.workspace: act_workspace_bytes(N, K) (gemm.h): quants, then (d, -8 s).
+    // p.A: float32 [N, K]; p.workspace: act_workspace_bytes(N, K) (gemm.h): quants, then (d, c).
     const int64_t total = (int64_t)p.N * p.K;
     int8_t* aq = (int8_t*)p.workspace;
     float2* ads = (float2*)(aq + ((total + 15) / 16) * 16);

@@ -90,7 +90,7 @@ template <class WF> void gemm_q8_1_dp4a(const GemmProblem& p, cudaStream_t strea
 template <class WF> void gemm_q8_1_tiled_dp4a(const GemmProblem& p, cudaStream_t stream);
 template <class WF> void gemm_q8_1_vec_dp4a(const GemmProblem& p, cudaStream_t stream);
 // Chapter 6: p.A is float32, quantized inside (QG_F32_AS_Q8_1).
-template <class WF> void gemm_q8_1_decode(const GemmProblem& p, cudaStream_t stream);
+template <class WF, bool FUSED> void gemm_q8_1_decode(const GemmProblem& p, cudaStream_t stream);
 template <class WF> void gemm_q8_1_mma(const GemmProblem& p, cudaStream_t stream);
 
 }  // namespace gpu
