@@ -85,3 +85,28 @@ def test_quantized_activation_kernels_are_close_to_float(kernel):
     C = qk.gemm(torch.from_numpy(A).to(k.device), Wq, kernel).cpu().numpy()
     err = R.nmse(C, R.gemm_f32(A, W))
     assert err < {"q4_0": 2e-2, "q8_0": 1e-3}[k.wfmt]
+
+
+def test_q4_0_formulas_of_llama_cpp():
+    """reference.gemm_wq_aq8_1's two Q4_0 formulas: "signed" is the exact integer dot of (q - 8) and
+    the activation quants; "compensated" replaces sum(a) by s_a / d_a (s_a rounded to fp16), so the
+    two differ by 8 d_w (s_a - d_a sum(a)) per block, and only by that."""
+    from quantgemm_kernels import formats as F
+    from quantgemm_kernels import reference as R
+    from quantgemm_kernels.testing import make_values
+
+    A, W = make_values((5, 256), "normal", seed=3), make_values((7, 256), "normal", seed=4)
+    Aq, Wq = F.quantize_q8_1(A), F.quantize(W, "q4_0")
+    signed = R.gemm_wq_aq8_1(Aq, Wq, "q4_0", q4_0_formula="signed")
+    comp = R.gemm_wq_aq8_1(Aq, Wq, "q4_0", q4_0_formula="compensated")
+    wb, ab = F.as_blocks(Wq, "q4_0"), F.as_blocks(Aq, "q8_1")
+    qw = F.unpack_quants(Wq, "q4_0").reshape(7, 8, 32).astype(np.int64) - 8
+    qa = F.unpack_quants(Aq, "q8_1").reshape(5, 8, 32).astype(np.int64)
+    dw, da = wb["d"].astype(np.float64), ab["d"].astype(np.float64)
+    exact = np.einsum("nbj,mbj,mb,nb->nm", qa, qw, dw, da)
+    assert np.allclose(signed, exact, rtol=1e-12, atol=0)
+    s_err = ab["s"].astype(np.float64) - da * qa.sum(axis=2)  # the fp16 rounding of s_a, per block
+    assert np.allclose(comp - signed, -8.0 * (s_err @ dw.T), rtol=1e-9, atol=1e-12)
+    assert not np.array_equal(comp, signed)  # the rounding of s_a is visible
+    with pytest.raises(ValueError, match="q4_0_formula"):
+        R.gemm_wq_aq8_1(Aq, Wq, "q4_0", q4_0_formula="mmq")
