@@ -73,13 +73,17 @@ _CUDA = [
            "decode: 16-byte weight loads, every CTA quantizes the activations", fused_quant=True, min_sm=(8, 0)),
     Kernel("cuda_q4_0_q8_1_decode", "cuda", "q4_0", "q8_1", 6,
            "decode: activations quantized once, copied by every CTA (PDL)", fused_quant=True, min_sm=(8, 0)),
+    Kernel("cuda_q4_0_q8_1_mma_regstage", "cuda", "q4_0", "q8_1", 6,
+           "int8 tensor cores (mma.sync m16n8k32), 128x128 tiles, weights staged in registers",
+           fused_quant=True, min_sm=(8, 0), q4_0_formula="signed"),
     Kernel("cuda_q4_0_q8_1_mma", "cuda", "q4_0", "q8_1", 6,
-           "int8 tensor cores (mma.sync m16n8k32), 128x128 tiles", fused_quant=True, min_sm=(8, 0),
-           q4_0_formula="signed"),
+           "int8 tensor cores, 128x128 tiles, weights unpacked once per CTA, ldmatrix", fused_quant=True,
+           min_sm=(8, 0), q4_0_formula="signed"),
     Kernel("cuda_q8_0_q8_1_decode", "cuda", "q8_0", "q8_1", 6,
            "decode: activations quantized once, copied by every CTA (PDL)", fused_quant=True, min_sm=(8, 0)),
     Kernel("cuda_q8_0_q8_1_mma", "cuda", "q8_0", "q8_1", 6,
-           "int8 tensor cores (mma.sync m16n8k32), 128x128 tiles", fused_quant=True, min_sm=(8, 0)),
+           "int8 tensor cores, 128x128 tiles, weights unpacked once per CTA, ldmatrix", fused_quant=True,
+           min_sm=(8, 0)),
 ]
 
 KERNELS: dict[str, Kernel] = {k.name: k for k in sorted(_CPU + _CUDA, key=lambda k: k.chapter)}

@@ -1,102 +1,107 @@
-// cuda/q4_0_q8_1_mma.cu (chapter 6): int8 tensor cores for prefill (many tokens).
+// cuda/q4_0_q8_1_mma.cu (chapter 6): int8 tensor cores for prefill (many tokens), second step.
 //
-// What it teaches, against chapter 4's vec_dp4a (one output per thread, 1 x 1 x 4 per __dp4a):
-//  * mma.sync.m16n8k32 (sm_80 and later): one warp multiplies a 16 x 32 int8 tile by a 32 x 8
-//    one in a single instruction, 4096 multiply-adds. k = 32 is exactly one block, so each mma
-//    is one block's integer dot product for a 16 x 8 patch of outputs, and the block's scales are
-//    applied to its four int32 results per thread right after. That scaling, not the mma, is the
-//    work that limits this kernel, so every instruction of it counts (below).
-//    Weights play the mma's A (rows = output features m), tokens its B (columns = n).
-//  * No compensation: llama.cpp's MMQ on tensor cores makes Q4_0's nibbles signed (q - 8) while
-//    loading its tile and computes d_w * d_a * sum((q - 8) * a), the exact integer dot, without
-//    chapter 4's -8 * s_a term (which uses s_a rounded to fp16). We do the same, so the per-block
-//    work is two FMAs: for dp4a kernels the compensation saves work, on tensor cores it costs.
-//    The signed nibble is made with one logic op: a nibble q moved to the top of its byte is the
-//    int8 16 * q, and flipping bit 7 makes it 16 * (q - 8). The mma then sums 16 * (q - 8) * a
-//    (|sum| < 2^20) and the weight scale is stored divided by 16 (exact: a power of two).
-//  * The fragment layouts. Lane (g = lane / 4, t = lane % 4) supplies A words for rows g and g+8,
-//    k = 4t..4t+3 and 16+4t..16+4t+3, and B words for column g, the same k; it gets back C for
-//    rows g, g+8 and columns 2t, 2t+1. A Q4_0 block's quant word t holds elements 4t..4t+3 in its
-//    low nibbles and 16+4t.. in its high ones: exactly the pair (a0, a2) the mma wants, one
-//    shift and one logic op away.
-//  * Integer to float for free: the mma adds its int32 accumulator input to the product, and
-//    0x4B400000 is the float 1.5 * 2^23. With that as the input, the result's bits are the float
-//    12582912 + sumi exactly (|sumi| < 2^22): no I2F, which runs at a quarter of the FP32 rate.
-//    The offset is removed inside the scaling FMA: fmaf(d_a, 12582912 + sumi, c) with
-//    c = -12582912 * d_a (exact: 2 + 11 significant bits) is d_a * sumi rounded once, as if sumi
-//    had been converted first. c is computed with d_a by the quantizer, so per result the scaling
-//    is that FMA and one more for d_w: two instructions (the previous version spent three).
-//  * A 128 x 128 CTA tile (8 warps of 64 x 32), K in steps of 8 blocks, double-buffered in
-//    shared memory: the next step's activations arrive by cp.async and its weights by 128-bit
-//    loads into registers while the tensor cores work on the current step. Weights are staged
-//    like the decode kernel's (8 blocks = 144 B, 16-byte aligned when K % 256 == 0), cut into
-//    words in registers and stored in a padded layout where every fragment read is free of bank
-//    conflicts. Shapes with K % 256 != 0 stage block by block (16-bit loads): correct, slower.
-//  * Activations are quantized first (quantize_q8_1_lane, llama.cpp's Q8_1 bytes and scales) into
-//    a workspace laid out for this kernel: int8 quants [N][K] (16-byte copies) and (d, c) float
-//    pairs [N][K/32]. llama.cpp's MMQ does the same with its own q8_1_mmq layout (d only, for
-//    Q4_0 and Q8_0 weights: s is not needed).
+// The first step (q4_0_q8_1_mma_regstage.cu: mma.sync m16n8k32, the signed-nibble formula, the
+// magic-number conversion of mma.cuh) spent only 61% of its time in its inner loop, and that loop
+// 14 instructions per mma, 8 of them the scaling FMAs. Nsight Compute (H100, n = 512): 2 warps per
+// scheduler, one instruction issued every 1.8 cycles; the activation copy loop 10% of the samples,
+// the barrier 10%, the weight stores 5%. This step removes instructions, not latency:
+//  * Weights are unpacked once per CTA, not once per warp. The staging turns each Q4_0 block into
+//    its 32 int8 values 16 * (q - 8) (mma.cuh's signed nibbles) in a [row][k] tile of shared
+//    memory; the first step cut nibbles at every fragment load, in each of the 4 warps that share a
+//    row. Q8_0 blocks are copied as they are (dropping the scale's two bytes).
+//  * Fragments come by ldmatrix: one ldmatrix.x4 is an mma's A (rows g, g + 8, k halves 0 and 16),
+//    or the B of two mmas (two groups of 8 tokens). Weight scales sit in an order where a lane's
+//    four (rows g, g + 8 of two 16-row tiles) are one 16-byte load; activation (d, c) pairs are
+//    [block][token], so the two columns 2t, 2t + 1 of a lane are one 16-byte load.
+//    Per block and warp (64 x 32 outputs, 16 mma): 4 + 2 ldmatrix, 2 + 4 LDS.128, no logic ops.
+//  * Every thread stages: all copies are cp.async (weights: the 144 (Q4_0) or 272 (Q8_0) bytes
+//    of 8 blocks of a row, as two halves of 5 or 9 chunks of 16 B into a raw buffer; activation
+//    quants 16 B; (d, c) 8 B, gathered into [block][token]), issued at the top of a K step for the
+//    next one. At its end each thread unpacks the half row that it copied itself (no barrier
+//    between its copy and its read), and one barrier per step hands the tile to all warps. The
+//    K tail (K % 256 != 0) is zero-filled by the copies (cp.async with src-size 0); weights whose
+//    rows are not 16-byte aligned then are read block by block with 16-bit loads (correct, slower).
+//  * The 8 blocks of a step are unrolled: every shared-memory offset is a constant.
 #include <algorithm>
 
-#include "w_q8_1.cuh"
+#include "mma.cuh"
 
 namespace gpu {
 namespace {
 constexpr int BM = 128, BN = 128;  // CTA tile: weight rows x tokens
-constexpr int KB = 8;              // blocks per K step (one 16-byte aligned unit per weight row)
+constexpr int KB = 8;              // blocks per K step (whole 16-byte chunks of Q4_0 and Q8_0 rows)
 constexpr int WM = 64, WN = 32;    // warp tile
 constexpr int THREADS = 256;
 constexpr int MT = WM / 16, NT = WN / 8;  // mma tiles per warp
-static_assert((BM / WM) * (BN / WN) * 32 == THREADS, "8 warps cover the CTA tile");
-constexpr int A_PITCH = KB * QK + 16;      // bytes per token row of activation quants (+16: banks)
-constexpr int A_DS_PITCH = KB + 2;         // float2 per token row of (d, c) (+2: banks, 16-B rows)
-constexpr uint32_t MAGIC = 0x4B400000u;    // 1.5 * 2^23 as float bits
-constexpr float MAGIC_F = 12582912.0f;     // the same number as a float
+static_assert((BM / WM) * (BN / WN) * 32 == THREADS, "the warps cover the CTA tile");
+constexpr int PARTS = THREADS / BM;  // threads that stage one weight row, a part of KB / PARTS blocks each
+static_assert(KB % PARTS == 0 && BM % 32 == 0, "parts of whole blocks, one part per warp");
+constexpr int AD_PITCH = BN + 4;   // floats per block row of activation scales; +4: the copies' 8 blocks hit 8 bank groups
+constexpr int ROW = KB * QK + 16;  // bytes per row of int8 values; +16: the 8 rows of an ldmatrix hit 8 bank groups
+
+// One weight row's K step as copied, in PARTS parts: part p holds blocks p BPP .. (p + 1) BPP - 1,
+// bytes [p BPP B, (p + 1) BPP B) of the step, as the 16-byte chunks that cover them.
+template <class WF>
+struct RawPart {
+    static constexpr int B = (int)sizeof(typename WF::block);
+    static constexpr int BPP = KB / PARTS;  // blocks per part
+    __host__ __device__ static constexpr int first_chunk(int p) { return p * BPP * B / 16; }
+    __host__ __device__ static constexpr int chunks(int p) { return ((p + 1) * BPP * B - 1) / 16 - first_chunk(p) + 1; }
+    __host__ __device__ static constexpr int skew(int p) { return p * BPP * B - 16 * first_chunk(p); }  // first block's byte
+    static constexpr int CHUNKS = chunks(0);
+    static_assert(chunks(1) == CHUNKS && chunks(PARTS - 1) == CHUNKS, "every part copies as many chunks");
+    static_assert(KB * B % 16 == 0, "a K step of a row is whole 16-byte chunks");
+};
 
 template <class WF>
 struct Tile {  // one K step in shared memory
-    static constexpr int W_WORDS = KB * WF::qs_words + 4;  // words per weight row (+4: banks)
-    uint32_t w[BM][W_WORDS];           // weight quants, row-major, blocks back to back
-    float wd[KB][BM];                  // weight scales [block][row] (Q4_0: divided by 16)
-    uint8_t a[BN][A_PITCH];            // activation quants [token][byte]
-    float2 ads[BN][A_DS_PITCH];        // activation (d, c = -MAGIC_F * d) [token][block]
+    uint8_t w[BM][ROW];      // weights as int8 values [row][block * 32 + k] (Q4_0: 16 (q - 8))
+    uint8_t a[BN][ROW];      // activation quants [token][block * 32 + k]
+    float wd[KB][BM];        // weight scales (Q4_0: divided by 16), rows in wd_slot order
+    float ad[KB][AD_PITCH];  // activation scales d [block][token] (c = -MMA_MAGIC_F * d is one FMUL away)
 };
 
-// ---------------------------------------------------------------- activation quantization
-// One warp per block; writes quants to qs [rows][K] and (d, -MAGIC_F * d) to ds [rows][K/32].
-__global__ void quantize_act_kernel(const float* __restrict__ x, int8_t* __restrict__ qs, float2* __restrict__ ds,
-                                    int64_t total) {
-    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i - (threadIdx.x % 32) >= total) return;  // whole warps in or out (total % 32 == 0)
-    fp16_bits d16, s16;
-    qs[i] = (int8_t)quantize_q8_1_lane(x[i], d16, s16);
-    const float d = scale_to_float(d16);
-    if (threadIdx.x % 32 == 0) ds[i / 32] = make_float2(d, -MAGIC_F * d);
-    (void)s16;  // the signed formula needs no s
+// Where row r's scale goes in wd[b]: a warp's 64 rows as [tile pair][g][tile in pair][g or g + 8],
+// so that lane g reads rows g and g + 8 of two 16-row tiles in one float4.
+__device__ __forceinline__ int wd_slot(int r) {
+    const int rr = r % WM, i = rr / 16, h = (rr % 16) / 8, g = rr % 8;
+    return r - rr + (i / 2) * 32 + g * 4 + (i % 2) * 2 + h;
 }
 
-// ---------------------------------------------------------------- the GEMM
-__device__ __forceinline__ void mma_s8(int (&d)[4], const int (&a)[4], const int (&b)[2], int c) {
-#if __CUDA_ARCH__ >= 800
-    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%10,%10,%10,%10};\n"
-                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(c));
-#else
-    __trap();  // the launcher refuses GPUs older than sm_80
-#endif
-}
-
-// The A fragment words of one weight block for the mma: (a0 a2) for a row from its quant words.
+// One block of a weight row into the tile: its values as int8 and its scale.
 template <class WF>
-__device__ __forceinline__ void weight_frag(const uint32_t* row_words, int t, int& k_lo, int& k_hi) {
-    if constexpr (WF::offset == 8) {  // Q4_0: word t, low nibbles = k 4t.., high = k 16+4t..
-        const uint32_t v = row_words[t];  // each byte becomes the int8 16 * (q - 8)
-        k_lo = (int)(((v << 4) & 0xF0F0F0F0u) ^ 0x80808080u);
-        k_hi = (int)((v & 0xF0F0F0F0u) ^ 0x80808080u);
-    } else {  // Q8_0: words t and t + 4
-        k_lo = (int)row_words[t];
-        k_hi = (int)row_words[t + 4];
+__device__ __forceinline__ void store_block(Tile<WF>& tile, int r, int b, float d, const uint32_t* q) {
+    uint4* dst = (uint4*)&tile.w[r][b * QK];
+    if constexpr (WF::offset == 8) {  // Q4_0: word j's low nibbles are k = 4j.., its high ones 16 + 4j..
+        dst[0] = make_uint4(q4_0_signed_lo(q[0]), q4_0_signed_lo(q[1]), q4_0_signed_lo(q[2]), q4_0_signed_lo(q[3]));
+        dst[1] = make_uint4(q4_0_signed_hi(q[0]), q4_0_signed_hi(q[1]), q4_0_signed_hi(q[2]), q4_0_signed_hi(q[3]));
+        tile.wd[b][wd_slot(r)] = d * (1.0f / 16);  // exact: the mma sums 16 (q - 8) a
+    } else {
+        dst[0] = make_uint4(q[0], q[1], q[2], q[3]);
+        dst[1] = make_uint4(q[4], q[5], q[6], q[7]);
+        tile.wd[b][wd_slot(r)] = d;
+    }
+}
+
+// Part P of a row, copied as RawPart chunks, into the tile. After unrolling every offset is a constant.
+template <class WF, int P>
+__device__ __forceinline__ void unpack_part(Tile<WF>& tile, const uint4 (*raw)[BM], int r) {
+    using RP = RawPart<WF>;
+    uint32_t u[RP::CHUNKS * 4 + 1];
+#pragma unroll
+    for (int c = 0; c < RP::CHUNKS; c++) {
+        const uint4 v = raw[c][r];
+        u[4 * c] = v.x; u[4 * c + 1] = v.y; u[4 * c + 2] = v.z; u[4 * c + 3] = v.w;
+    }
+    u[RP::CHUNKS * 4] = 0;
+#pragma unroll
+    for (int i = 0; i < RP::BPP; i++) {
+        const int off = RP::skew(P) + i * RP::B;  // the block's first byte (its fp16 scale; even)
+        const fp16_bits d16 = (fp16_bits)(u[off >> 2] >> (8 * (off & 3)));
+        uint32_t q[WF::qs_words];
+#pragma unroll
+        for (int j = 0; j < WF::qs_words; j++) q[j] = (uint32_t)word_at(u, off + 2 + 4 * j);
+        store_block<WF>(tile, r, P * RP::BPP + i, scale_to_float(d16), q);
     }
 }
 
@@ -104,78 +109,61 @@ template <class WF>
 __global__ void __launch_bounds__(THREADS, 1)
 mma_kernel(const int8_t* __restrict__ aq, const float2* __restrict__ ads, const typename WF::block* __restrict__ W,
            float* __restrict__ C, int N, int M, int K) {
+    using RP = RawPart<WF>;
     extern __shared__ int4 smem_raw[];
-    Tile<WF>* tiles = (Tile<WF>*)smem_raw;  // [2]
-    constexpr int B = (int)sizeof(typename WF::block);
-    constexpr int UNIT_VECS = KB * B / 16;  // 9 (Q4_0) or 17 (Q8_0)
-    constexpr float W_SCALE = WF::offset == 8 ? 1.0f / 16 : 1.0f;  // Q4_0's quants enter the mma as 16 * (q - 8)
+    Tile<WF>* tiles = (Tile<WF>*)smem_raw;                                   // [2]
+    uint4(*raw)[RP::CHUNKS][BM] = (uint4(*)[RP::CHUNKS][BM])(tiles + 2);  // [PARTS][CHUNKS][BM]: lanes = rows
     const int nb = K / QK;
     const int steps = (nb + KB - 1) / KB;
-    const bool units = nb % KB == 0;  // every weight row's K step starts 16-byte aligned
+    const bool aligned = nb % KB == 0;  // weight rows' K steps start 16-byte aligned: cp.async
     const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int g = lane / 4, t = lane % 4;
     const int wm = (warp % (BM / WM)) * WM, wn = (warp / (BM / WM)) * WN;  // this warp's tile
 
-    // ---- staging: threads 0..127 own a weight row, threads 128..255 copy activations
-    uint32_t raw[UNIT_VECS * 4 + 1];  // weight unit in flight (weight threads)
-    const int wrow = min(m0 + tid, M - 1);  // rows past M repeat the last (outputs masked)
-    auto load_weights = [&](int step) {  // global -> registers
-        if (tid >= BM || !units) return;
-        const uint4* src = (const uint4*)(W + (int64_t)wrow * nb + step * KB);
+    // ---- staging, three kinds of cp.async issued at three points of a K step (not all at once:
+    // the copy queue is short). Weights: thread tid copies and unpacks part wp (warp-uniform) of row wr.
+    const int wr = tid % BM, wp = tid / BM;
+    const typename WF::block* wrow = W + (int64_t)min(m0 + wr, M - 1) * nb;  // rows past M repeat the last
+    auto copy_weights = [&](int s) {
+        if (!aligned) return;
+        const int4* src = (const int4*)(wrow + s * KB) + wp * RP::BPP * RP::B / 16;  // RP::first_chunk(wp)
 #pragma unroll
-        for (int i = 0; i < UNIT_VECS; i++) {
-            const uint4 v = __ldg(src + i);
-            raw[4 * i] = v.x; raw[4 * i + 1] = v.y; raw[4 * i + 2] = v.z; raw[4 * i + 3] = v.w;
-        }
-        raw[UNIT_VECS * 4] = 0;
+        for (int c = 0; c < RP::CHUNKS; c++) cp_async16(&raw[wp][c][wr], src + c);
     };
-    auto store_weights = [&](Tile<WF>& tile, int step) {  // registers (or global, slow path) -> shared
-        if (tid >= BM) return;
-        uint32_t* dst = tile.w[tid];
-        if (units) {
+    auto copy_quants = [&](Tile<WF>& tile, int s) {  // BN rows x 16 chunks: chunk tid % 16 of rows tid / 16 + 16 k
+        const int kb0 = s * KB, j = tid % 16;
+        const bool valid = kb0 + j / 2 < nb;
+        const int8_t* src = aq + (int64_t)kb0 * QK + 16 * j;
 #pragma unroll
-            for (int b = 0; b < KB; b++) {
-                tile.wd[b][tid] = W_SCALE * scale_to_float((fp16_bits)(raw[(B * b) >> 2] >> (8 * ((B * b) & 3))));
-#pragma unroll
-                for (int j = 0; j < WF::qs_words; j++) dst[b * WF::qs_words + j] = word_at(raw, B * b + 2 + 4 * j);
-            }
-        } else {
-            for (int b = 0; b < KB; b++) {
-                const int kb = step * KB + b;
-                const typename WF::block* blk = W + (int64_t)wrow * nb + kb;
-                tile.wd[b][tid] = kb < nb ? W_SCALE * scale_to_float(blk->d) : 0.0f;
-                for (int j = 0; j < WF::qs_words; j++) dst[b * WF::qs_words + j] = kb < nb ? load_int_b2(blk->qs, j) : 0;
-            }
+        for (int k = 0; k < BN * 16 / THREADS; k++) {
+            const int r = tid / 16 + (THREADS / 16) * k;
+            cp_async16_zfill(&tile.a[r][16 * j], src + (int64_t)min(n0 + r, N - 1) * K, valid);
         }
     };
-    auto load_acts = [&](Tile<WF>& tile, int step) {  // global -> shared, asynchronous where possible
-        if (tid < BM) return;
-        const int i0 = tid - BM;  // 0..127
-        const int kb0 = step * KB;
-        if (units) {
-            // quants: BN rows x 16 chunks of 16 B; (d, -8s): BN rows x 4 chunks
-            for (int c = i0; c < BN * 16; c += THREADS - BM) {
-                const int r = c / 16, j = c % 16;
-                const int n = min(n0 + r, N - 1);
-                cp_async16(&tile.a[r][16 * j], aq + (int64_t)n * K + (int64_t)kb0 * QK + 16 * j);
-            }
-            for (int c = i0; c < BN * 4; c += THREADS - BM) {
-                const int r = c / 4, j = c % 4;
-                const int n = min(n0 + r, N - 1);
-                cp_async16(&tile.ads[r][2 * j], ads + (int64_t)n * nb + kb0 + 2 * j);
-            }
-        } else {
-            for (int c = i0; c < BN * KB * 8; c += THREADS - BM) {  // words
-                const int r = c / (KB * 8), w = c % (KB * 8), kb = kb0 + w / 8;
-                const int n = min(n0 + r, N - 1);
-                ((int*)tile.a[r])[w] = kb < nb ? ((const int*)(aq + (int64_t)n * K))[kb * 8 + w % 8] : 0;
-            }
-            for (int c = i0; c < BN * KB; c += THREADS - BM) {
-                const int r = c / KB, b = c % KB, kb = kb0 + b;
-                const int n = min(n0 + r, N - 1);
-                tile.ads[r][b] = kb < nb ? ads[(int64_t)n * nb + kb] : make_float2(0.0f, 0.0f);
-            }
+    auto copy_scales = [&](Tile<WF>& tile, int s) {  // BN rows x KB scales d (4 B of each pair), into [block][token]
+        const int b = tid % KB;
+        const bool valid = s * KB + b < nb;
+        const float* src = (const float*)(ads + (valid ? s * KB + b : 0));
+#pragma unroll
+        for (int k = 0; k < BN * KB / THREADS; k++) {
+            const int r = tid / KB + (THREADS / KB) * k;
+            cp_async4_zfill(&tile.ad[b][r], src + 2 * (int64_t)min(n0 + r, N - 1) * nb, valid);
+        }
+        cp_async_commit();
+    };
+    auto unpack_step = [&](Tile<WF>& tile, int s) {  // this thread's part row, after its copies landed
+        if (aligned) {
+            static_assert(PARTS == 2, "one case per part");
+            if (wp == 0) unpack_part<WF, 0>(tile, raw[0], wr);
+            else unpack_part<WF, 1>(tile, raw[1], wr);
+            return;
+        }
+        for (int i = 0; i < RP::BPP; i++) {  // the K % 256 != 0 path: 16-bit loads straight from the blocks
+            const int b = wp * RP::BPP + i, kb = s * KB + b;
+            uint32_t q[WF::qs_words];
+            for (int j = 0; j < WF::qs_words; j++) q[j] = kb < nb ? (uint32_t)load_int_b2(wrow[kb].qs, j) : 0u;
+            store_block<WF>(tile, wr, b, kb < nb ? scale_to_float(wrow[kb].d) : 0.0f, q);
         }
     };
 
@@ -187,57 +175,68 @@ mma_kernel(const int8_t* __restrict__ aq, const float2* __restrict__ ads, const 
 #pragma unroll
             for (int r = 0; r < 4; r++) acc[i][j][r] = 0.0f;
 
-    load_weights(0);
-    load_acts(tiles[0], 0);
-    store_weights(tiles[0], 0);
+    // ldmatrix row addresses. A (weights), per 16-row tile: lanes 0-7 rows 0-7, 8-15 rows 8-15 at
+    // k 0..15; lanes 16-31 the same rows at k 16..31 -> registers a0 a1 a2 a3 of the mma.
+    // B (tokens), per two 8-token tiles: lanes 0-7 tokens 0-7 at k 0..15, 8-15 the same at k 16..31,
+    // 16-31 tokens 8-15 -> b0 b1 of the first tile, b0 b1 of the second.
+    const unsigned a_addr = (unsigned)__cvta_generic_to_shared(&tiles[0].w[wm + lane % 16][16 * (lane / 16)]);
+    const unsigned b_addr = (unsigned)__cvta_generic_to_shared(&tiles[0].a[wn + lane % 8 + 8 * (lane / 16)][16 * ((lane / 8) % 2)]);
+
+    copy_weights(0);
+    copy_quants(tiles[0], 0);
+    copy_scales(tiles[0], 0);
     cp_async_wait_all();
+    unpack_step(tiles[0], 0);
     __syncthreads();
 
     for (int s = 0; s < steps; s++) {
-        Tile<WF>& cur = tiles[s & 1];
+        const Tile<WF>& cur = tiles[s & 1];
+        Tile<WF>& nxt = tiles[(s + 1) & 1];
+        const unsigned stage = (unsigned)((s & 1) * sizeof(Tile<WF>));
         const bool next = s + 1 < steps;
-        if (next) {  // in flight while the tensor cores work
-            load_weights(s + 1);
-            load_acts(tiles[(s + 1) & 1], s + 1);
-        }
-#pragma unroll 2
+#pragma unroll
         for (int b = 0; b < KB; b++) {
+            if (next) {  // the next step's copies, in flight while the tensor cores work
+                if (b == 0) copy_weights(s + 1);
+                if (b == 2) copy_quants(nxt, s + 1);
+                if (b == 4) copy_scales(nxt, s + 1);
+            }
             int af[MT][4], bf[NT][2];
             float dw[MT][2];
-            float2 da[NT][2];
+            float2 da[NT];  // d of columns 2t and 2t + 1
 #pragma unroll
-            for (int i = 0; i < MT; i++) {
-                const int r = wm + 16 * i + g;
-                weight_frag<WF>(cur.w[r] + b * WF::qs_words, t, af[i][0], af[i][2]);
-                weight_frag<WF>(cur.w[r + 8] + b * WF::qs_words, t, af[i][1], af[i][3]);
-                dw[i][0] = cur.wd[b][r];
-                dw[i][1] = cur.wd[b][r + 8];
+            for (int i = 0; i < MT; i++) ldsm_x4(af[i], a_addr + stage + i * 16 * ROW + b * QK);
+#pragma unroll
+            for (int j = 0; j < NT; j += 2) {
+                int r[4];
+                ldsm_x4(r, b_addr + stage + j * 8 * ROW + b * QK);
+                bf[j][0] = r[0]; bf[j][1] = r[1]; bf[j + 1][0] = r[2]; bf[j + 1][1] = r[3];
             }
 #pragma unroll
-            for (int j = 0; j < NT; j++) {
-                const int c = wn + 8 * j;
-                const int* arow = (const int*)cur.a[c + g] + b * 8;
-                bf[j][0] = arow[t];
-                bf[j][1] = arow[t + 4];
-                da[j][0] = cur.ads[c + 2 * t][b];
-                da[j][1] = cur.ads[c + 2 * t + 1][b];
+            for (int i = 0; i < MT; i += 2) {
+                const float4 v = *(const float4*)&cur.wd[b][wm + 16 * i + 4 * g];
+                dw[i][0] = v.x; dw[i][1] = v.y; dw[i + 1][0] = v.z; dw[i + 1][1] = v.w;
             }
+#pragma unroll
+            for (int j = 0; j < NT; j++) da[j] = *(const float2*)&cur.ad[b][wn + 8 * j + 2 * t];
 #pragma unroll
             for (int i = 0; i < MT; i++)
 #pragma unroll
                 for (int j = 0; j < NT; j++) {
                     int d[4];
-                    mma_s8(d, af[i], bf[j], (int)MAGIC);
+                    mma_s8(d, af[i], bf[j], (int)MMA_MAGIC);
 #pragma unroll
-                    for (int r = 0; r < 4; r++) {  // d[r] holds the float 12582912 + sumi
-                        const float2 a = da[j][r & 1];  // (d_a, -12582912 * d_a)
-                        const float dot = fmaf(a.x, __int_as_float(d[r]), a.y);  // d_a * sumi, one rounding
+                    for (int r = 0; r < 4; r++) {  // d[r]: row g (+8 for r >= 2), column 2t (+1 for odd r)
+                        const float d_a = (r & 1) ? da[j].y : da[j].x;
+                        const float dot = block_dot(d_a, -MMA_MAGIC_F * d_a, d[r]);  // the FMUL is shared by 2 tiles
                         acc[i][j][r] = fmaf(dw[i][r >> 1], dot, acc[i][j][r]);
                     }
                 }
         }
-        if (next) store_weights(tiles[(s + 1) & 1], s + 1);
-        cp_async_wait_all();
+        if (next) {
+            cp_async_wait_all();
+            unpack_step(nxt, s + 1);
+        }
         __syncthreads();
     }
 
@@ -257,12 +256,10 @@ mma_kernel(const int8_t* __restrict__ aq, const float2* __restrict__ ads, const 
 
 template <class WF>
 void gemm_q8_1_mma(const GemmProblem& p, cudaStream_t stream) {
-    // p.A: float32 [N, K]; p.workspace: act_workspace_bytes(N, K) (gemm.h): quants, then (d, c).
-    const int64_t total = (int64_t)p.N * p.K;
-    int8_t* aq = (int8_t*)p.workspace;
-    float2* ads = (float2*)(aq + ((total + 15) / 16) * 16);
-    quantize_act_kernel<<<(unsigned)((total + 255) / 256), 256, 0, stream>>>((const float*)p.A, aq, ads, total);
-    const size_t smem = 2 * sizeof(Tile<WF>);
+    int8_t* aq;
+    float2* ads;
+    mma_quantize_acts(p, stream, aq, ads);
+    const size_t smem = 2 * sizeof(Tile<WF>) + (size_t)BM * PARTS * RawPart<WF>::CHUNKS * 16;
     cudaFuncSetAttribute(mma_kernel<WF>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     const int nb = p.K / QK;
     constexpr int MAX_N = 65535 * BN;  // gridDim.y is capped at 65535: launch in slices of tokens

@@ -1,0 +1,72 @@
+// cuda/mma.cuh (chapter 6): what the tensor-core steps share. The activations are quantized
+// first (quantize_q8_1_lane: llama.cpp's Q8_1 bytes and scales) into a workspace laid out for the
+// mma kernels: int8 quants [N][K] (16-byte copies) and float pairs (d, c = -MAGIC_F * d)
+// [N][K/32]. llama.cpp's MMQ does the same with its own q8_1_mmq layout (d only, for Q4_0 and
+// Q8_0 weights: s is not needed). Then mma_s8, one mma.sync.m16n8k32 on int8.
+//
+// Integer to float for free: the mma adds its int32 accumulator input to the product, and
+// 0x4B400000 is the float 1.5 * 2^23. With that as the input, the result's bits are the float
+// 12582912 + sumi exactly (|sumi| < 2^22): no I2F, which runs at a quarter of the FP32 rate.
+// The offset is removed inside the scaling FMA: fmaf(d_a, 12582912 + sumi, c) with
+// c = -12582912 * d_a (exact: 2 + 11 significant bits) is d_a * sumi rounded once, as if sumi
+// had been converted first (block_dot below).
+#pragma once
+#include "w_q8_1.cuh"
+
+namespace gpu {
+
+constexpr uint32_t MMA_MAGIC = 0x4B400000u;  // 1.5 * 2^23 as float bits
+constexpr float MMA_MAGIC_F = 12582912.0f;   // the same number as a float
+
+namespace {
+// One warp per block; writes quants to qs [rows][K] and (d, -MMA_MAGIC_F * d) to ds [rows][K/32].
+__global__ void mma_quantize_act_kernel(const float* __restrict__ x, int8_t* __restrict__ qs,
+                                        float2* __restrict__ ds, int64_t total) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i - (threadIdx.x % 32) >= total) return;  // whole warps in or out (total % 32 == 0)
+    fp16_bits d16, s16;
+    qs[i] = (int8_t)quantize_q8_1_lane(x[i], d16, s16);
+    const float d = scale_to_float(d16);
+    if (threadIdx.x % 32 == 0) ds[i / 32] = make_float2(d, -MMA_MAGIC_F * d);
+    (void)s16;  // the signed formula needs no s
+}
+}  // namespace
+
+// p.A (float32 [N, K]) -> p.workspace (act_workspace_bytes in gemm.h): quants, then (d, c).
+inline void mma_quantize_acts(const GemmProblem& p, cudaStream_t stream, int8_t*& aq, float2*& ads) {
+    const int64_t total = (int64_t)p.N * p.K;
+    aq = (int8_t*)p.workspace;
+    ads = (float2*)(aq + ((total + 15) / 16) * 16);
+    mma_quantize_act_kernel<<<(unsigned)((total + 255) / 256), 256, 0, stream>>>((const float*)p.A, aq, ads, total);
+}
+
+// D = A (16 x 32, rows) * B (32 x 8, columns) + c in every element of the accumulator input.
+__device__ __forceinline__ void mma_s8(int (&d)[4], const int (&a)[4], const int (&b)[2], int c) {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%10,%10,%10,%10};\n"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(c));
+#else
+    __trap();  // the launchers refuse GPUs older than sm_80
+#endif
+}
+
+// Q4_0's signed nibbles: a nibble q moved to the top of its byte is the int8 16 * q, and flipping
+// bit 7 makes it 16 * (q - 8). From quant word v (low nibbles: elements 4t..4t+3, high: 16+4t..):
+__device__ __forceinline__ uint32_t q4_0_signed_lo(uint32_t v) { return ((v << 4) & 0xF0F0F0F0u) ^ 0x80808080u; }
+__device__ __forceinline__ uint32_t q4_0_signed_hi(uint32_t v) { return (v & 0xF0F0F0F0u) ^ 0x80808080u; }
+
+// ldmatrix.x4: four 8 x 8 matrices of 16-bit elements (here: 8 rows x 16 int8) from shared memory.
+// Lanes 8i..8i+7 give the row addresses of matrix i (16-byte aligned); lane l gets, in register i,
+// the 4 bytes 4 (l % 4) .. 4 (l % 4) + 3 of matrix i's row l / 4: an mma fragment word.
+__device__ __forceinline__ void ldsm_x4(int (&r)[4], unsigned addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+// d_a * sumi from the mma's result bits D = float(MMA_MAGIC_F + sumi) and the pair (d_a, c), one rounding.
+__device__ __forceinline__ float block_dot(float d_a, float c, int D) { return fmaf(d_a, __int_as_float(D), c); }
+
+}  // namespace gpu
