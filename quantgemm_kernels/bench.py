@@ -343,13 +343,13 @@ def run_sweep(kernels=None, shapes="small", *, warmup: int = 2, reps: int = 10, 
     missing or one call is estimated to take longer than ``max_seconds``. Kernels with 8-bit
     activations are timed with the activation quantization included unless
     ``include_activation_quant=False`` (llama.cpp's mul_mat always includes it). ``batched``
-    (default: the same as ``ggml``) times our kernels as test-backend-ops times ggml: R calls
+    (default: on with ``ggml`` or ``graph``) times our kernels as test-backend-ops times ggml: R calls
     back to back per sample (see the module docstring). ``graph``: CUDA kernels that take float32
     activations are timed as CUDA-graph replays of those calls (:func:`time_samples`); the row's
     ``timing`` says how each row was timed.
     """
     if batched is None:
-        batched = ggml or any(getattr(k, "name", str(k)).startswith("ggml_") for k in (kernels or []))
+        batched = ggml or graph or any(getattr(k, "name", str(k)).startswith("ggml_") for k in (kernels or []))
     from . import api
 
     if kernels is None or isinstance(kernels, str):
@@ -691,10 +691,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=None, help="CPU threads (torch.set_num_threads; ggml uses the same)")
     p.add_argument("--batched", action="store_true",
                    help="time our kernels as R back-to-back calls per sample, as test-backend-ops times ggml "
-                        "(on by default with --ggml)")
+                        "(on by default with --ggml and --graph)")
     p.add_argument("--graph", action="store_true",
                    help="CUDA kernels taking float32 activations: time CUDA-graph replays of the batched calls "
-                        "(GPU time without Python's per-call cost)")
+                        "(GPU time without Python's per-call cost; implies --batched: a graph of one call "
+                        "would time the graph launch)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="results folder (default bench_results/<machine-slug>/<date>)")
     p.add_argument("--no-ceilings", action="store_true", help="skip measuring copy bandwidth and peak matmul rate")
@@ -742,7 +743,7 @@ def main(argv=None) -> int:
                   f"matmul TFLOPS: {rates}", flush=True)
     rows = run_sweep(kernels, shapes, warmup=args.warmup, reps=args.reps, max_seconds=args.max_seconds,
                      include_activation_quant=include_aq, seed=args.seed, progress=not args.quiet, baseline=False,
-                     batched=args.batched or args.ggml, graph=args.graph)
+                     batched=args.batched or args.ggml or args.graph, graph=args.graph)
     print()
     print(format_table(rows))
     out = Path(args.out) if args.out else ROOT / "bench_results" / header["machine_slug"] / _dt.date.today().isoformat()

@@ -118,3 +118,14 @@ def test_ggml_rows(tmp_path):
         assert r["status"] == "ok" and r["source"] == "llama.cpp" and r["afmt"] == "q8_0" and r["median_ms"] > 0
         assert r["baseline"] == "cpu_q4_0_q8_1_naive" or "cpu_q4_0_q8_1_naive" not in KERNELS
     assert res["header"]["ggml"]["importable"] is True
+
+
+@pytest.mark.parametrize("flags, batched", [((), False), (("--batched",), True), (("--graph",), True)])
+def test_graph_implies_batched(tmp_path, flags, batched):
+    """--graph times graph replays of R calls: without the batch it would time one graph launch per
+    call, so it turns batching on, as --batched does (and --ggml)."""
+    _, res = _run_main(tmp_path, "--kernels", "cpu_f32_f32_naive", *flags)
+    for r in res["rows"]:
+        assert r["status"] == "ok", r
+        want = llamacpp.perf_repeats(r["M"], r["N"], r["K"], "cpu") if batched else 1
+        assert r.get("batch", 1) == want, (flags, r)
