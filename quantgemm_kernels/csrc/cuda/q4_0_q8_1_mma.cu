@@ -61,9 +61,11 @@ struct RawPart {
     static_assert(KB * B % 16 == 0, "a K step of a row is whole 16-byte chunks");
 };
 
-template <class WF>
+template <class WF, bool KEEP_PACKED>
 struct Tile {  // one K step in shared memory
-    uint8_t w[BM][ROW];      // weights as int8 values [row][block * 32 + k] (Q4_0: 16 (q - 8))
+    static constexpr bool PACKED = KEEP_PACKED && WF::offset == 8;  // Q4_0 nibbles kept as stored
+    static constexpr int W_ROW = PACKED ? KB * WF::qs_bytes + 16 : ROW;  // 144: rows g hit banks 4g + t
+    uint8_t w[BM][W_ROW];    // weights as int8 values [row][block * 32 + k] (Q4_0: 16 (q - 8))
     uint8_t a[BN][ROW];      // activation quants [token][block * 32 + k]
     float wd[KB][BM];        // weight scales (Q4_0: divided by 16), rows in wd_slot order
     float ad[KB][AD_PITCH];  // activation scales d [block][token] (c = -MMA_MAGIC_F * d is one FMUL away)
@@ -77,10 +79,13 @@ __device__ __forceinline__ int wd_slot(int r) {
 }
 
 // One block of a weight row into the tile: its values as int8 and its scale.
-template <class WF>
-__device__ __forceinline__ void store_block(Tile<WF>& tile, int r, int b, float d, const uint32_t* q) {
+template <class WF, bool P>
+__device__ __forceinline__ void store_block(Tile<WF, P>& tile, int r, int b, float d, const uint32_t* q) {
     uint4* dst = (uint4*)&tile.w[r][b * QK];
-    if constexpr (WF::offset == 8) {  // Q4_0: word j's low nibbles are k = 4j.., its high ones 16 + 4j..
+    if constexpr (Tile<WF, P>::PACKED) {
+        *(uint4*)&tile.w[r][b * WF::qs_bytes] = make_uint4(q[0], q[1], q[2], q[3]);
+        tile.wd[b][wd_slot(r)] = d * (1.0f / 16);
+    } else if constexpr (WF::offset == 8) {  // Q4_0: word j's low nibbles are k = 4j.., its high ones 16 + 4j..
         dst[0] = make_uint4(q4_0_signed_lo(q[0]), q4_0_signed_lo(q[1]), q4_0_signed_lo(q[2]), q4_0_signed_lo(q[3]));
         dst[1] = make_uint4(q4_0_signed_hi(q[0]), q4_0_signed_hi(q[1]), q4_0_signed_hi(q[2]), q4_0_signed_hi(q[3]));
         tile.wd[b][wd_slot(r)] = d * (1.0f / 16);  // exact: the mma sums 16 (q - 8) a
@@ -92,8 +97,8 @@ __device__ __forceinline__ void store_block(Tile<WF>& tile, int r, int b, float 
 }
 
 // Part P of a row, copied as RawPart chunks, into the tile. After unrolling every offset is a constant.
-template <class WF, int P>
-__device__ __forceinline__ void unpack_part(Tile<WF>& tile, const uint4 (*raw)[BM], int r) {
+template <class WF, bool P, int PART>
+__device__ __forceinline__ void unpack_part(Tile<WF, P>& tile, const uint4 (*raw)[BM], int r) {
     using RP = RawPart<WF>;
     uint32_t u[RP::CHUNKS * 4 + 1];
 #pragma unroll
@@ -104,22 +109,22 @@ __device__ __forceinline__ void unpack_part(Tile<WF>& tile, const uint4 (*raw)[B
     u[RP::CHUNKS * 4] = 0;
 #pragma unroll
     for (int i = 0; i < RP::BPP; i++) {
-        const int off = RP::skew(P) + i * RP::B;  // the block's first byte (its fp16 scale; even)
+        const int off = RP::skew(PART) + i * RP::B;  // the block's first byte (its fp16 scale; even)
         const fp16_bits d16 = (fp16_bits)(u[off >> 2] >> (8 * (off & 3)));
         uint32_t q[WF::qs_words];
 #pragma unroll
         for (int j = 0; j < WF::qs_words; j++) q[j] = (uint32_t)word_at(u, off + 2 + 4 * j);
-        store_block<WF>(tile, r, P * RP::BPP + i, scale_to_float(d16), q);
+        store_block<WF, P>(tile, r, PART * RP::BPP + i, scale_to_float(d16), q);
     }
 }
 
-template <class WF>
+template <class WF, bool P>
 __global__ void __launch_bounds__(THREADS, 1)
 mma_kernel(const int8_t* __restrict__ aq, const float2* __restrict__ ads, const typename WF::block* __restrict__ W,
            float* __restrict__ C, int N, int M, int K) {
     using RP = RawPart<WF>;
     extern __shared__ int4 smem_raw[];
-    Tile<WF>* tiles = (Tile<WF>*)smem_raw;                                   // [2]
+    Tile<WF, P>* tiles = (Tile<WF, P>*)smem_raw;                                   // [2]
     uint4(*raw)[RP::CHUNKS][BM] = (uint4(*)[RP::CHUNKS][BM])(tiles + 2);  // [PARTS][CHUNKS][BM]: lanes = rows
     const int nb = K / QK;
     const int steps = (nb + KB - 1) / KB;
@@ -139,7 +144,7 @@ mma_kernel(const int8_t* __restrict__ aq, const float2* __restrict__ ads, const 
 #pragma unroll
         for (int c = 0; c < RP::CHUNKS; c++) cp_async16(&raw[wp][c][wr], src + c);
     };
-    auto copy_quants = [&](Tile<WF>& tile, int s) {  // BN rows x 16 chunks: chunk tid % 16 of rows tid / 16 + 16 k
+    auto copy_quants = [&](Tile<WF, P>& tile, int s) {  // BN rows x 16 chunks: chunk tid % 16 of rows tid / 16 + 16 k
         const int kb0 = s * KB, j = tid % 16;
         const bool valid = kb0 + j / 2 < nb;
         const int8_t* src = aq + (int64_t)kb0 * QK + 16 * j;
@@ -149,7 +154,7 @@ mma_kernel(const int8_t* __restrict__ aq, const float2* __restrict__ ads, const 
             cp_async16_zfill(&tile.a[r][16 * j], src + (int64_t)min(n0 + r, N - 1) * K, valid);
         }
     };
-    auto copy_scales = [&](Tile<WF>& tile, int s) {  // BN rows x KB scales d (4 B of each pair), into [block][token]
+    auto copy_scales = [&](Tile<WF, P>& tile, int s) {  // BN rows x KB scales d (4 B of each pair), into [block][token]
         const int b = tid % KB;
         const bool valid = s * KB + b < nb;
         const float* src = (const float*)(ads + (valid ? s * KB + b : 0));
@@ -160,18 +165,18 @@ mma_kernel(const int8_t* __restrict__ aq, const float2* __restrict__ ads, const 
         }
         cp_async_commit();
     };
-    auto unpack_step = [&](Tile<WF>& tile, int s) {  // this thread's part row, after its copies landed
+    auto unpack_step = [&](Tile<WF, P>& tile, int s) {  // this thread's part row, after its copies landed
         if (aligned) {
             static_assert(PARTS == 2, "one case per part");
-            if (wp == 0) unpack_part<WF, 0>(tile, raw[0], wr);
-            else unpack_part<WF, 1>(tile, raw[1], wr);
+            if (wp == 0) unpack_part<WF, P, 0>(tile, raw[0], wr);
+            else unpack_part<WF, P, 1>(tile, raw[1], wr);
             return;
         }
         for (int i = 0; i < RP::BPP; i++) {  // the K % 256 != 0 path: 16-bit loads straight from the blocks
             const int b = wp * RP::BPP + i, kb = s * KB + b;
             uint32_t q[WF::qs_words];
             for (int j = 0; j < WF::qs_words; j++) q[j] = kb < nb ? (uint32_t)load_int_b2(wrow[kb].qs, j) : 0u;
-            store_block<WF>(tile, wr, b, kb < nb ? scale_to_float(wrow[kb].d) : 0.0f, q);
+            store_block<WF, P>(tile, wr, b, kb < nb ? scale_to_float(wrow[kb].d) : 0.0f, q);
         }
     };
 
@@ -198,9 +203,9 @@ mma_kernel(const int8_t* __restrict__ aq, const float2* __restrict__ ads, const 
     __syncthreads();
 
     for (int s = 0; s < steps; s++) {
-        const Tile<WF>& cur = tiles[s & 1];
-        Tile<WF>& nxt = tiles[(s + 1) & 1];
-        const unsigned stage = (unsigned)((s & 1) * sizeof(Tile<WF>));
+        const Tile<WF, P>& cur = tiles[s & 1];
+        Tile<WF, P>& nxt = tiles[(s + 1) & 1];
+        const unsigned stage = (unsigned)((s & 1) * sizeof(Tile<WF, P>));
         const bool next = s + 1 < steps;
 #pragma unroll
         for (int b = 0; b < KB; b++) {
@@ -212,8 +217,18 @@ mma_kernel(const int8_t* __restrict__ aq, const float2* __restrict__ ads, const 
             int af[MT][4], bf[NT][2];
             float dw[MT][2];
             float2 da[NT];  // d of columns 2t and 2t + 1
+            if constexpr (Tile<WF, P>::PACKED) {
 #pragma unroll
-            for (int i = 0; i < MT; i++) ldsm_x4(af[i], a_addr + stage + i * 16 * ROW + b * QK);
+                for (int i = 0; i < MT; i++) {
+                    const uint8_t* p0 = &cur.w[wm + 16 * i + g][b * WF::qs_bytes + 4 * t];
+                    const uint32_t v0 = *(const uint32_t*)p0, v1 = *(const uint32_t*)(p0 + 8 * Tile<WF, P>::W_ROW);
+                    af[i][0] = (int)q4_0_signed_lo(v0); af[i][1] = (int)q4_0_signed_lo(v1);
+                    af[i][2] = (int)q4_0_signed_hi(v0); af[i][3] = (int)q4_0_signed_hi(v1);
+                }
+            } else {
+#pragma unroll
+                for (int i = 0; i < MT; i++) ldsm_x4(af[i], a_addr + stage + i * 16 * ROW + b * QK);
+            }
 #pragma unroll
             for (int j = 0; j < NT; j += 2) {
                 int r[4];
@@ -262,27 +277,29 @@ mma_kernel(const int8_t* __restrict__ aq, const float2* __restrict__ ads, const 
 }
 }  // namespace
 
-template <class WF>
+template <class WF, bool KEEP_PACKED>
 void gemm_q8_1_mma(const GemmProblem& p, cudaStream_t stream) {
+    constexpr bool P = KEEP_PACKED;
     int8_t* aq;
     float2* ads;
     mma_quantize_acts(p, stream, aq, ads);
-    const size_t smem = 2 * sizeof(Tile<WF>) + (size_t)BM * PARTS * RawPart<WF>::CHUNKS * 16;
-    cudaFuncSetAttribute(mma_kernel<WF>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    const size_t smem = 2 * sizeof(Tile<WF, P>) + (size_t)BM * PARTS * RawPart<WF>::CHUNKS * 16;
+    cudaFuncSetAttribute(mma_kernel<WF, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     const int nb = p.K / QK;
     constexpr int MAX_N = 65535 * BN;  // gridDim.y is capped at 65535: launch in slices of tokens
     for (int n0 = 0; n0 < p.N; n0 += MAX_N) {
         const int n = std::min(MAX_N, p.N - n0);
         const dim3 grid((p.M + BM - 1) / BM, (n + BN - 1) / BN);
-        mma_kernel<WF><<<grid, THREADS, smem, stream>>>(aq + (int64_t)n0 * p.K, ads + (int64_t)n0 * nb,
+        mma_kernel<WF, P><<<grid, THREADS, smem, stream>>>(aq + (int64_t)n0 * p.K, ads + (int64_t)n0 * nb,
                                                         (const typename WF::block*)p.W, p.C + (int64_t)n0 * p.M,
                                                         n, p.M, p.K);
     }
 }
 
-template void gemm_q8_1_mma<w_q4_0>(const GemmProblem&, cudaStream_t);
-template void gemm_q8_1_mma<w_q8_0>(const GemmProblem&, cudaStream_t);
+template void gemm_q8_1_mma<w_q4_0, false>(const GemmProblem&, cudaStream_t);
+template void gemm_q8_1_mma<w_q4_0, true>(const GemmProblem&, cudaStream_t);
+template void gemm_q8_1_mma<w_q8_0, false>(const GemmProblem&, cudaStream_t);
 
 }  // namespace gpu
 
-void cuda_q4_0_q8_1_mma(const GemmProblem& p, cudaStream_t stream) { gpu::gemm_q8_1_mma<gpu::w_q4_0>(p, stream); }
+void cuda_q4_0_q8_1_mma(const GemmProblem& p, cudaStream_t stream) { gpu::gemm_q8_1_mma<gpu::w_q4_0, false>(p, stream); }

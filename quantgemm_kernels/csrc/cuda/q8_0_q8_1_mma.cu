@@ -4,4 +4,4 @@
 // 8 blocks are 272 B = 17 x 16 B, the quants need no unpacking and there is no compensation.
 #include "w_q8_1.cuh"
 
-void cuda_q8_0_q8_1_mma(const GemmProblem& p, cudaStream_t stream) { gpu::gemm_q8_1_mma<gpu::w_q8_0>(p, stream); }
+void cuda_q8_0_q8_1_mma(const GemmProblem& p, cudaStream_t stream) { gpu::gemm_q8_1_mma<gpu::w_q8_0, false>(p, stream); }
