@@ -29,7 +29,9 @@
 //  * The 8 blocks of a step are unrolled: every shared-memory offset is a constant.
 // Measured on an H100 (n = 512, k = 14336): 0.269 -> 0.244 ms. Tried and slower there: 16 warps of
 // 32 x 32 (4 per scheduler, but 40% more shared-memory traffic per mma: 0.270 ms), and unpacking in
-// the middle of the step with the copies at blocks 0, 1, 2 (0.253 ms).
+// the middle of the step with the copies at blocks 0, 1, 2 (0.253 ms). On the H200 of the recorded
+// comparison (ch6-comparison-152451): 0.272 (first step) -> 0.246 ms; weights kept packed in shared
+// memory (KEEP_PACKED, cuda_q4_0_q8_1_mma_packed: fewer passes, logic back in the loop) 0.271 ms.
 #include <algorithm>
 
 #include "mma.cuh"
