@@ -76,7 +76,7 @@ def build_config(with_cuda: bool) -> dict:
     # from torch 2.10 on); a -std=c++17 after it would compile torch's headers in another mode.
     cflags = ["-O3", "-ffp-contract=off", *_cpu_arch_flags()]
     cuda_flags = ["-O3", "-lineinfo"]
-    # QUANTGEMM_NVCC_FLAGS: extra nvcc flags for experiments (e.g. -DQG_MMA_VARIANT=1); they are
+    # QUANTGEMM_NVCC_FLAGS: extra nvcc flags for experiments (e.g. "-Xptxas -v" or a -D switch); they are
     # part of the fingerprint, so each set of flags gets its own build directory.
     cuda_flags += os.environ.get("QUANTGEMM_NVCC_FLAGS", "").split()
     if with_cuda:
