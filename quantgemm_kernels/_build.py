@@ -79,10 +79,27 @@ def build_config(with_cuda: bool) -> dict:
     # QUANTGEMM_NVCC_FLAGS: extra nvcc flags for experiments (e.g. "-Xptxas -v" or a -D switch); they are
     # part of the fingerprint, so each set of flags gets its own build directory.
     cuda_flags += os.environ.get("QUANTGEMM_NVCC_FLAGS", "").split()
+    arch_list = _cuda_arch_list() if with_cuda else ""
     if with_cuda:
         cflags.append("-DWITH_CUDA")
         cuda_flags.append("-DWITH_CUDA")
-    return {"sources": sources, "cflags": cflags, "cuda_flags": cuda_flags, "with_cuda": with_cuda}
+        if "9.0a" in arch_list.replace(" ", ";").split(";") or "9.0a+PTX" in arch_list:
+            cuda_flags.append("-DQG_HAS_SM90A")  # the wgmma kernels have code (else their launchers refuse)
+    return {"sources": sources, "cflags": cflags, "cuda_flags": cuda_flags, "with_cuda": with_cuda,
+            "arch_list": arch_list}
+
+
+def _cuda_arch_list() -> str:
+    """TORCH_CUDA_ARCH_LIST for the CUDA build: the user's if set; else, when every visible GPU is
+    compute capability 9.0 (H100, H200), "9.0a": the arch-specific target whose code may use wgmma
+    (chapter 6) and runs on 9.0 only. Otherwise empty: torch picks the visible GPUs' architectures."""
+    env = os.environ.get("TORCH_CUDA_ARCH_LIST", "")
+    if env:
+        return env
+    import torch
+
+    caps = {torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())}
+    return "9.0a" if caps == {(9, 0)} else ""
 
 
 def _fingerprint(cfg: dict) -> str:
@@ -93,7 +110,7 @@ def _fingerprint(cfg: dict) -> str:
         h.update(str(f.relative_to(CSRC)).encode())
         h.update(f.read_bytes())
     h.update(repr((cfg["cflags"], cfg["cuda_flags"], [s.name for s in cfg["sources"]])).encode())
-    h.update(f"{torch.__version__}|{sys.version_info[:2]}|{os.environ.get('TORCH_CUDA_ARCH_LIST', '')}".encode())
+    h.update(f"{torch.__version__}|{sys.version_info[:2]}|{cfg.get('arch_list', '')}".encode())
     h.update(platform.node().encode() if "-march=native" in cfg["cflags"] else b"")  # native = this CPU
     return h.hexdigest()[:16]
 
@@ -172,6 +189,9 @@ def _compile(cfg: dict, name: str, build_dir: Path, with_cuda: bool) -> None:
     print(f"quantgemm_kernels: compiling the {what} kernels (first use after a source change) ...",
           end="", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
+    saved_arch = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    if cfg.get("arch_list"):
+        os.environ["TORCH_CUDA_ARCH_LIST"] = cfg["arch_list"]
     try:
         load(
             name=name,
@@ -186,4 +206,9 @@ def _compile(cfg: dict, name: str, build_dir: Path, with_cuda: bool) -> None:
     except Exception:
         print(" failed", file=sys.stderr, flush=True)
         raise
+    finally:
+        if saved_arch is None:
+            os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
+        else:
+            os.environ["TORCH_CUDA_ARCH_LIST"] = saved_arch
     print(f" done in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)

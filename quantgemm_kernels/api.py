@@ -160,10 +160,14 @@ def _check_pair(A, W, k: Kernel, afmt: str) -> None:
 
 
 def _check_sm(A: torch.Tensor, k: Kernel) -> None:
-    if A.device.type == "cuda" and torch.cuda.get_device_capability(A.device) < tuple(k.min_sm):
-        cc = ".".join(map(str, torch.cuda.get_device_capability(A.device)))
-        raise ValueError(f"kernel {k.name!r} needs compute capability {k.min_sm[0]}.{k.min_sm[1]} or newer, "
-                         f"{A.device} is {cc}")
+    if A.device.type != "cuda" or k.runs_on(torch.cuda.get_device_capability(A.device)):
+        return
+    cc = ".".join(map(str, torch.cuda.get_device_capability(A.device)))
+    if k.min_sm == k.max_sm:
+        raise ValueError(f"kernel {k.name!r} runs on compute capability {k.min_sm[0]}.{k.min_sm[1]} only "
+                         f"(arch-specific code), {A.device} is {cc}")
+    raise ValueError(f"kernel {k.name!r} needs compute capability {k.min_sm[0]}.{k.min_sm[1]} or newer, "
+                     f"{A.device} is {cc}")
 
 
 def gemm(A: torch.Tensor, W: torch.Tensor, kernel: str) -> torch.Tensor:

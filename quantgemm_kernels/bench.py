@@ -397,6 +397,8 @@ def run_sweep(kernels=None, shapes="small", *, warmup: int = 2, reps: int = 10, 
             ok, why = device_ok.get(k.device, (False, f"unknown device {k.device}"))
             if ok and k.name.startswith("ggml_"):
                 ok, why = ggml_ok[k.device]
+            if ok and k.device == "cuda" and not k.runs_on(torch.cuda.get_device_capability()):
+                ok, why = False, f"needs compute capability {k.min_sm} to {k.max_sm}"
             if not ok:
                 row.update(status="skipped", reason=why)
                 if progress:

@@ -31,6 +31,12 @@ class Kernel:
     #: then makes every output it touches NaN instead of raising.
     fused_quant: bool = False
     min_sm: tuple = (0, 0)  #: oldest CUDA compute capability the kernel runs on
+    #: newest one: (9, 0) for code built for sm_90a (wgmma), which runs on compute capability 9.0 only
+    max_sm: tuple = (99, 99)
+
+    def runs_on(self, capability: tuple) -> bool:
+        """Whether this CUDA kernel runs on a GPU of compute ``capability`` (major, minor)."""
+        return tuple(self.min_sm) <= tuple(capability) <= tuple(self.max_sm)
 
     @property
     def source(self) -> Path:
@@ -82,11 +88,17 @@ _CUDA = [
     Kernel("cuda_q4_0_q8_1_mma_packed", "cuda", "q4_0", "q8_1", 6,
            "the same, weights kept packed in shared memory, unpacked at every fragment read", fused_quant=True,
            min_sm=(8, 0), q4_0_formula="signed"),
+    Kernel("cuda_q4_0_q8_1_wgmma", "cuda", "q4_0", "q8_1", 6,
+           "Hopper wgmma from shared memory, scaling overlapped with the next block, offset added by the tensor cores",
+           fused_quant=True, min_sm=(9, 0), max_sm=(9, 0), q4_0_formula="signed"),
     Kernel("cuda_q8_0_q8_1_decode", "cuda", "q8_0", "q8_1", 6,
            "decode: activations quantized once, copied by every CTA (PDL)", fused_quant=True, min_sm=(8, 0)),
     Kernel("cuda_q8_0_q8_1_mma", "cuda", "q8_0", "q8_1", 6,
            "int8 tensor cores, 128x128 tiles, weights unpacked once per CTA, ldmatrix", fused_quant=True,
            min_sm=(8, 0)),
+    Kernel("cuda_q8_0_q8_1_wgmma", "cuda", "q8_0", "q8_1", 6,
+           "Hopper wgmma from shared memory, scaling overlapped with the next block, offset added by the tensor cores",
+           fused_quant=True, min_sm=(9, 0), max_sm=(9, 0)),
 ]
 
 KERNELS: dict[str, Kernel] = {k.name: k for k in sorted(_CPU + _CUDA, key=lambda k: k.chapter)}

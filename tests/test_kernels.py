@@ -9,12 +9,9 @@ import quantgemm_kernels as qk
 from quantgemm_kernels import reference as R
 from quantgemm_kernels.testing import DISTRIBUTIONS, KERNEL_NMSE, SHAPES, check_kernel
 
-from conftest import HAS_CUDA
+from conftest import HAS_CUDA, kernel_param
 
-KERNEL_PARAMS = [
-    pytest.param(k.name, marks=pytest.mark.skipif(k.device == "cuda" and not HAS_CUDA, reason="needs an NVIDIA GPU"))
-    for k in qk.KERNELS.values()
-]
+KERNEL_PARAMS = [kernel_param(k) for k in qk.KERNELS.values()]
 
 
 def test_registry_matches_compiled_table():

@@ -14,7 +14,7 @@ from quantgemm_kernels import formats as F
 from quantgemm_kernels import reference as R
 from quantgemm_kernels.testing import KERNEL_NMSE
 
-from conftest import HAS_CUDA
+from conftest import HAS_CUDA, runs_here
 from ggml_ref import ggml_quantize, gguf_quantize
 from test_formats import _zero_block_d_sign
 
@@ -49,7 +49,7 @@ def test_quantizers_match_ggml_on_any_finite_rows(x, fmt):
 
 
 def _kernels_here():
-    return [k.name for k in qk.KERNELS.values() if k.device == "cpu" or HAS_CUDA]
+    return [k.name for k in qk.KERNELS.values() if runs_here(k)]
 
 
 @SETTINGS

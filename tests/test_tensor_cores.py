@@ -10,9 +10,10 @@ import quantgemm_kernels as qk
 from quantgemm_kernels import reference as R
 from quantgemm_kernels.testing import KERNEL_NMSE, check_kernel
 
-from conftest import requires_cuda
+from conftest import kernel_param, requires_cuda
 
 FUSED = [k.name for k in qk.KERNELS.values() if k.fused_quant]
+FUSED_HERE = [kernel_param(qk.KERNELS[n]) for n in FUSED]  #: skipped where they cannot run
 
 
 def test_chapter_6_kernels_are_registered_as_fused():
@@ -35,7 +36,7 @@ BIG_SHAPES = [(300, 261, 512), (130, 300, 1056), (257, 9, 2048), (33, 17, 21760)
 
 
 @requires_cuda
-@pytest.mark.parametrize("kernel", FUSED)
+@pytest.mark.parametrize("kernel", FUSED_HERE)
 @pytest.mark.parametrize("M,N,K", BIG_SHAPES, ids=[f"M{m}N{n}K{k}" for m, n, k in BIG_SHAPES])
 def test_fused_kernels_on_multi_tile_shapes(kernel, M, N, K):
     err, C, ref = check_kernel(kernel, M, N, K, "normal", seed=K)
@@ -43,7 +44,7 @@ def test_fused_kernels_on_multi_tile_shapes(kernel, M, N, K):
 
 
 @requires_cuda
-@pytest.mark.parametrize("kernel", FUSED)
+@pytest.mark.parametrize("kernel", FUSED_HERE)
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
 def test_non_finite_activations_give_nan_for_their_token_only(kernel, bad):
     k = qk.KERNELS[kernel]
@@ -60,7 +61,7 @@ def test_non_finite_activations_give_nan_for_their_token_only(kernel, bad):
 
 
 @requires_cuda
-@pytest.mark.parametrize("kernel", FUSED)
+@pytest.mark.parametrize("kernel", FUSED_HERE)
 def test_fused_kernels_are_deterministic_on_a_large_shape(kernel):
     k = qk.KERNELS[kernel]
     g = torch.Generator().manual_seed(0)
@@ -68,3 +69,41 @@ def test_fused_kernels_are_deterministic_on_a_large_shape(kernel):
     Wq = qk.quantize(torch.randn(1000, 4096, generator=g).cuda(), k.wfmt)
     C1, C2 = qk.gemm(A, Wq, kernel), qk.gemm(A, Wq, kernel)
     assert torch.equal(C1, C2)
+
+
+WGMMA = [k for k in qk.KERNELS.values() if "wgmma" in k.name]
+
+
+@requires_cuda
+@pytest.mark.parametrize("kernel", [kernel_param(k) for k in WGMMA])
+@pytest.mark.parametrize("dist", ["normal", "outliers", "tiny", "huge", "zeros"])
+@pytest.mark.parametrize("M,N,K", [(300, 261, 512), (130, 300, 1056), (129, 1, 4096), (33, 17, 21760)],
+                         ids=lambda v: str(v))
+def test_wgmma_equals_mma_bit_for_bit(kernel, dist, M, N, K):
+    """The wgmma step computes every product and rounding of the mma step (the offset 2^19 and the
+    scaled constants only move the exponent, see q4_0_q8_1_wgmma.cu), so the outputs are identical."""
+    from quantgemm_kernels.testing import kernel_inputs
+
+    k = qk.KERNELS[kernel]
+    A, W = kernel_inputs(k, M, N, K, dist, seed=M + K)
+    At, Wq = torch.from_numpy(A).cuda(), qk.quantize(torch.from_numpy(W).cuda(), k.wfmt)
+    C = qk.gemm(At, Wq, kernel)
+    C_mma = qk.gemm(At, Wq, kernel.replace("wgmma", "mma"))
+    assert torch.equal(C, C_mma), f"{(C != C_mma).sum().item()} of {C.numel()} outputs differ"
+
+
+@requires_cuda
+@pytest.mark.parametrize("kernel", [k.name for k in WGMMA])
+def test_wgmma_kernels_refuse_other_gpus(kernel, monkeypatch):
+    """sm_90a code runs on compute capability 9.0 only: other GPUs get a clear error, not a launch failure."""
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (10, 0))
+    A, W = torch.zeros(2, 64, device="cuda"), torch.zeros(3, 64, device="cuda")
+    with pytest.raises(ValueError, match="runs on compute capability 9.0 only"):
+        qk.gemm(A, qk.quantize(W, qk.KERNELS[kernel].wfmt), kernel)
+
+
+def test_kernels_know_the_gpus_they_run_on():
+    k = qk.KERNELS["cuda_q4_0_q8_1_wgmma"]
+    assert k.runs_on((9, 0)) and not k.runs_on((8, 9)) and not k.runs_on((10, 0))
+    m = qk.KERNELS["cuda_q4_0_q8_1_mma"]
+    assert m.runs_on((8, 0)) and m.runs_on((12, 0)) and not m.runs_on((7, 5))

@@ -11,6 +11,8 @@
 // c = -12582912 * d_a (exact: 2 + 11 significant bits) is d_a * sumi rounded once, as if sumi
 // had been converted first (block_dot below).
 #pragma once
+#include <algorithm>
+
 #include "w_q8_1.cuh"
 
 namespace gpu {
@@ -64,6 +66,139 @@ __device__ __forceinline__ void ldsm_x4(int (&r)[4], unsigned addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(addr));
+}
+
+// The end of a warp's MT x NT tiles of mma results into C [N, M]: lane (g, t) holds rows (m)
+// m0 + 16i + g (+8) and columns (n) n0 + 8j + 2t (+1); rows past M and columns past N are not written.
+template <int MT, int NT>
+__device__ __forceinline__ void mma_store_tiles(float* C, const float (&acc)[MT][NT][4], int m0, int n0, int g, int t,
+                                                int M, int N) {
+#pragma unroll
+    for (int i = 0; i < MT; i++)
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int m = m0 + 16 * i + g + 8 * (r >> 1);
+                const int n = n0 + 8 * j + 2 * t + (r & 1);
+                if (m < M && n < N) C[(int64_t)n * M + m] = acc[i][j][r];
+            }
+}
+
+// Launches launch(aq, ads, C, n) over slices of at most 65535 CTA columns of BN tokens each
+// (gridDim.y is capped at 65535), with the pointers of the slice.
+template <int BN, class Launch>
+inline void mma_launch_slices(const GemmProblem& p, const int8_t* aq, const float2* ads, Launch launch) {
+    constexpr int MAX_N = 65535 * BN;
+    const int nb = p.K / QK;
+    for (int n0 = 0; n0 < p.N; n0 += MAX_N)
+        launch(aq + (int64_t)n0 * p.K, ads + (int64_t)n0 * nb, p.C + (int64_t)n0 * p.M, std::min(MAX_N, p.N - n0));
+}
+
+// ---- Staging shared by the tiled tensor-core steps (q4_0_q8_1_mma.cu, q4_0_q8_1_wgmma.cu): a K step
+// of KB blocks per weight row, copied with cp.async by PARTS threads per row (a part of KB / PARTS
+// blocks each) into a raw buffer [PARTS][CHUNKS][BM] (a warp's 32 copies: 32 rows, distinct banks),
+// then unpacked by the thread that copied it (no barrier between its copy and its read).
+//
+// Part p of a row holds blocks p BPP .. (p + 1) BPP - 1: bytes [p BPP B, (p + 1) BPP B) of the step,
+// as the 16-byte chunks that cover them.
+template <class WF, int KB, int PARTS>
+struct RawPart {
+    static constexpr int B = (int)sizeof(typename WF::block);
+    static constexpr int BPP = KB / PARTS;  // blocks per part
+    __host__ __device__ static constexpr int first_chunk(int p) { return p * BPP * B / 16; }
+    __host__ __device__ static constexpr int chunks(int p) { return ((p + 1) * BPP * B - 1) / 16 - first_chunk(p) + 1; }
+    __host__ __device__ static constexpr int skew(int p) { return p * BPP * B - 16 * first_chunk(p); }  // first block's byte
+    static constexpr int CHUNKS = chunks(0);
+    static_assert(KB % PARTS == 0, "parts of whole blocks");
+    static_assert(chunks(1) == CHUNKS && chunks(PARTS - 1) == CHUNKS, "every part copies as many chunks");
+    static_assert(KB * B % 16 == 0, "a K step of a row is whole 16-byte chunks");
+};
+
+// Row r's part `part` of K step s: CHUNKS cp.async of 16 B (rows must start 16-byte aligned: nb % KB == 0).
+template <class WF, int KB, int PARTS, int BM>
+__device__ __forceinline__ void mma_copy_weights(uint4 (*raw)[RawPart<WF, KB, PARTS>::CHUNKS][BM],
+                                                 const typename WF::block* wrow, int r, int part, int s) {
+    using RP = RawPart<WF, KB, PARTS>;
+    const int4* src = (const int4*)(wrow + s * KB) + RP::first_chunk(part);
+#pragma unroll
+    for (int c = 0; c < RP::CHUNKS; c++) cp_async16(&raw[part][c][r], src + c);
+}
+
+// Part PART of row r, copied as RawPart chunks: store(b, d, q) for each of its blocks (b: block in
+// the step, d: scale, q: quant words). After unrolling every offset is a constant.
+template <class WF, int KB, int PARTS, int BM, int PART, class Store>
+__device__ __forceinline__ void mma_unpack_part(const uint4 (*raw)[BM], int r, Store& store) {
+    using RP = RawPart<WF, KB, PARTS>;
+    uint32_t u[RP::CHUNKS * 4 + 1];
+#pragma unroll
+    for (int c = 0; c < RP::CHUNKS; c++) {
+        const uint4 v = raw[c][r];
+        u[4 * c] = v.x; u[4 * c + 1] = v.y; u[4 * c + 2] = v.z; u[4 * c + 3] = v.w;
+    }
+    u[RP::CHUNKS * 4] = 0;
+#pragma unroll
+    for (int i = 0; i < RP::BPP; i++) {
+        const int off = RP::skew(PART) + i * RP::B;  // the block's first byte (its fp16 scale; even)
+        const fp16_bits d16 = (fp16_bits)(u[off >> 2] >> (8 * (off & 3)));
+        uint32_t q[WF::qs_words];
+#pragma unroll
+        for (int j = 0; j < WF::qs_words; j++) q[j] = (uint32_t)word_at(u, off + 2 + 4 * j);
+        store(PART * RP::BPP + i, scale_to_float(d16), q);
+    }
+}
+
+// This thread's part of row r for K step s, after its copies landed (aligned) or, when rows are not
+// 16-byte aligned (nb % KB != 0), straight from the blocks with 16-bit loads (correct, slower),
+// blocks past the last as zeros.
+template <class WF, int KB, int PARTS, int BM, class Store>
+__device__ __forceinline__ void mma_unpack_weights(const uint4 (*raw)[RawPart<WF, KB, PARTS>::CHUNKS][BM],
+                                                   const typename WF::block* wrow, int r, int part, int s, int nb,
+                                                   bool aligned, Store store) {
+    using RP = RawPart<WF, KB, PARTS>;
+    if (aligned) {
+        static_assert(PARTS == 2, "one case per part");
+        if (part == 0) mma_unpack_part<WF, KB, PARTS, BM, 0>(raw[0], r, store);
+        else mma_unpack_part<WF, KB, PARTS, BM, 1>(raw[1], r, store);
+        return;
+    }
+    for (int i = 0; i < RP::BPP; i++) {
+        const int b = part * RP::BPP + i, kb = s * KB + b;
+        uint32_t q[WF::qs_words];
+        for (int j = 0; j < WF::qs_words; j++) q[j] = kb < nb ? (uint32_t)load_int_b2(wrow[kb].qs, j) : 0u;
+        store(b, kb < nb ? scale_to_float(wrow[kb].d) : 0.0f, q);
+    }
+}
+
+// BN tokens x 16 chunks of 16 B (a K step of 8 blocks) of activation quants: thread tid copies chunk
+// tid % 16 of tokens tid / 16 + 16 k to dst(token, chunk); tokens past N repeat the last, blocks
+// past nb are zeros.
+template <int THREADS, int BN, class Dst>
+__device__ __forceinline__ void mma_copy_act_quants(const int8_t* aq, int s, int nb, int K, int n0, int N, int tid,
+                                                    Dst dst) {
+    const int kb0 = s * 8, j = tid % 16;
+    const bool valid = kb0 + j / 2 < nb;
+    const int8_t* src = aq + (int64_t)kb0 * QK + 16 * j;
+#pragma unroll
+    for (int k = 0; k < BN * 16 / THREADS; k++) {
+        const int r = tid / 16 + (THREADS / 16) * k;
+        cp_async16_zfill(dst(r, j), src + (int64_t)min(n0 + r, N - 1) * K, valid);
+    }
+}
+
+// BN tokens x KB scales d (4 B of each (d, c) pair) into ad [block][pitch], then commits the group.
+template <int THREADS, int BN, int KB>
+__device__ __forceinline__ void mma_copy_act_scales(float* ad, int pitch, const float2* ads, int s, int nb, int n0,
+                                                    int N, int tid) {
+    const int b = tid % KB;
+    const bool valid = s * KB + b < nb;
+    const float* src = (const float*)(ads + (valid ? s * KB + b : 0));
+#pragma unroll
+    for (int k = 0; k < BN * KB / THREADS; k++) {
+        const int r = tid / KB + (THREADS / KB) * k;
+        cp_async4_zfill(&ad[b * pitch + r], src + 2 * (int64_t)min(n0 + r, N - 1) * nb, valid);
+    }
+    cp_async_commit();
 }
 
 // d_a * sumi from the mma's result bits D = float(MMA_MAGIC_F + sumi) and the pair (d_a, c), one rounding.

@@ -32,8 +32,6 @@
 // the middle of the step with the copies at blocks 0, 1, 2 (0.253 ms). On the H200 of the recorded
 // comparison (ch6-comparison-152451): 0.272 (first step) -> 0.246 ms; weights kept packed in shared
 // memory (KEEP_PACKED, cuda_q4_0_q8_1_mma_packed: fewer passes, logic back in the loop) 0.271 ms.
-#include <algorithm>
-
 #include "mma.cuh"
 
 namespace gpu {
@@ -49,19 +47,8 @@ static_assert(KB % PARTS == 0 && BM % 32 == 0, "parts of whole blocks, one part 
 constexpr int AD_PITCH = BN + 4;   // floats per block row of activation scales; +4: the copies' 8 blocks hit 8 bank groups
 constexpr int ROW = KB * QK + 16;  // bytes per row of int8 values; +16: the 8 rows of an ldmatrix hit 8 bank groups
 
-// One weight row's K step as copied, in PARTS parts: part p holds blocks p BPP .. (p + 1) BPP - 1,
-// bytes [p BPP B, (p + 1) BPP B) of the step, as the 16-byte chunks that cover them.
 template <class WF>
-struct RawPart {
-    static constexpr int B = (int)sizeof(typename WF::block);
-    static constexpr int BPP = KB / PARTS;  // blocks per part
-    __host__ __device__ static constexpr int first_chunk(int p) { return p * BPP * B / 16; }
-    __host__ __device__ static constexpr int chunks(int p) { return ((p + 1) * BPP * B - 1) / 16 - first_chunk(p) + 1; }
-    __host__ __device__ static constexpr int skew(int p) { return p * BPP * B - 16 * first_chunk(p); }  // first block's byte
-    static constexpr int CHUNKS = chunks(0);
-    static_assert(chunks(1) == CHUNKS && chunks(PARTS - 1) == CHUNKS, "every part copies as many chunks");
-    static_assert(KB * B % 16 == 0, "a K step of a row is whole 16-byte chunks");
-};
+using Raw = RawPart<WF, KB, PARTS>;  // mma.cuh: the staging this step shares with wgmma
 
 template <class WF, bool KEEP_PACKED>
 struct Tile {  // one K step in shared memory
@@ -98,33 +85,11 @@ __device__ __forceinline__ void store_block(Tile<WF, P>& tile, int r, int b, flo
     }
 }
 
-// Part P of a row, copied as RawPart chunks, into the tile. After unrolling every offset is a constant.
-template <class WF, bool P, int PART>
-__device__ __forceinline__ void unpack_part(Tile<WF, P>& tile, const uint4 (*raw)[BM], int r) {
-    using RP = RawPart<WF>;
-    uint32_t u[RP::CHUNKS * 4 + 1];
-#pragma unroll
-    for (int c = 0; c < RP::CHUNKS; c++) {
-        const uint4 v = raw[c][r];
-        u[4 * c] = v.x; u[4 * c + 1] = v.y; u[4 * c + 2] = v.z; u[4 * c + 3] = v.w;
-    }
-    u[RP::CHUNKS * 4] = 0;
-#pragma unroll
-    for (int i = 0; i < RP::BPP; i++) {
-        const int off = RP::skew(PART) + i * RP::B;  // the block's first byte (its fp16 scale; even)
-        const fp16_bits d16 = (fp16_bits)(u[off >> 2] >> (8 * (off & 3)));
-        uint32_t q[WF::qs_words];
-#pragma unroll
-        for (int j = 0; j < WF::qs_words; j++) q[j] = (uint32_t)word_at(u, off + 2 + 4 * j);
-        store_block<WF, P>(tile, r, PART * RP::BPP + i, scale_to_float(d16), q);
-    }
-}
-
 template <class WF, bool P>
 __global__ void __launch_bounds__(THREADS, 1)
 mma_kernel(const int8_t* __restrict__ aq, const float2* __restrict__ ads, const typename WF::block* __restrict__ W,
            float* __restrict__ C, int N, int M, int K) {
-    using RP = RawPart<WF>;
+    using RP = Raw<WF>;
     extern __shared__ int4 smem_raw[];
     Tile<WF, P>* tiles = (Tile<WF, P>*)smem_raw;                                   // [2]
     uint4(*raw)[RP::CHUNKS][BM] = (uint4(*)[RP::CHUNKS][BM])(tiles + 2);  // [PARTS][CHUNKS][BM]: lanes = rows
@@ -141,54 +106,21 @@ mma_kernel(const int8_t* __restrict__ aq, const float2* __restrict__ ads, const 
     const int wr = tid % BM, wp = tid / BM;
     const typename WF::block* wrow = W + (int64_t)min(m0 + wr, M - 1) * nb;  // rows past M repeat the last
     auto copy_weights = [&](int s) {
-        if (!aligned) return;
-        const int4* src = (const int4*)(wrow + s * KB) + wp * RP::BPP * RP::B / 16;  // RP::first_chunk(wp)
-#pragma unroll
-        for (int c = 0; c < RP::CHUNKS; c++) cp_async16(&raw[wp][c][wr], src + c);
+        if (aligned) mma_copy_weights<WF, KB, PARTS, BM>(raw, wrow, wr, wp, s);
     };
-    auto copy_quants = [&](Tile<WF, P>& tile, int s) {  // BN rows x 16 chunks: chunk tid % 16 of rows tid / 16 + 16 k
-        const int kb0 = s * KB, j = tid % 16;
-        const bool valid = kb0 + j / 2 < nb;
-        const int8_t* src = aq + (int64_t)kb0 * QK + 16 * j;
-#pragma unroll
-        for (int k = 0; k < BN * 16 / THREADS; k++) {
-            const int r = tid / 16 + (THREADS / 16) * k;
-            cp_async16_zfill(&tile.a[r][16 * j], src + (int64_t)min(n0 + r, N - 1) * K, valid);
-        }
+    auto copy_quants = [&](Tile<WF, P>& tile, int s) {
+        mma_copy_act_quants<THREADS, BN>(aq, s, nb, K, n0, N, tid, [&](int r, int j) { return &tile.a[r][16 * j]; });
     };
-    auto copy_scales = [&](Tile<WF, P>& tile, int s) {  // BN rows x KB scales d (4 B of each pair), into [block][token]
-        const int b = tid % KB;
-        const bool valid = s * KB + b < nb;
-        const float* src = (const float*)(ads + (valid ? s * KB + b : 0));
-#pragma unroll
-        for (int k = 0; k < BN * KB / THREADS; k++) {
-            const int r = tid / KB + (THREADS / KB) * k;
-            cp_async4_zfill(&tile.ad[b][r], src + 2 * (int64_t)min(n0 + r, N - 1) * nb, valid);
-        }
-        cp_async_commit();
+    auto copy_scales = [&](Tile<WF, P>& tile, int s) {
+        mma_copy_act_scales<THREADS, BN, KB>(&tile.ad[0][0], AD_PITCH, ads, s, nb, n0, N, tid);
     };
     auto unpack_step = [&](Tile<WF, P>& tile, int s) {  // this thread's part row, after its copies landed
-        if (aligned) {
-            static_assert(PARTS == 2, "one case per part");
-            if (wp == 0) unpack_part<WF, P, 0>(tile, raw[0], wr);
-            else unpack_part<WF, P, 1>(tile, raw[1], wr);
-            return;
-        }
-        for (int i = 0; i < RP::BPP; i++) {  // the K % 256 != 0 path: 16-bit loads straight from the blocks
-            const int b = wp * RP::BPP + i, kb = s * KB + b;
-            uint32_t q[WF::qs_words];
-            for (int j = 0; j < WF::qs_words; j++) q[j] = kb < nb ? (uint32_t)load_int_b2(wrow[kb].qs, j) : 0u;
-            store_block<WF, P>(tile, wr, b, kb < nb ? scale_to_float(wrow[kb].d) : 0.0f, q);
-        }
+        mma_unpack_weights<WF, KB, PARTS, BM>(raw, wrow, wr, wp, s, nb, aligned, [&](int b, float d, const uint32_t* q) {
+            store_block<WF, P>(tile, wr, b, d, q);
+        });
     };
 
-    float acc[MT][NT][4];
-#pragma unroll
-    for (int i = 0; i < MT; i++)
-#pragma unroll
-        for (int j = 0; j < NT; j++)
-#pragma unroll
-            for (int r = 0; r < 4; r++) acc[i][j][r] = 0.0f;
+    float acc[MT][NT][4] = {};
 
     // ldmatrix row addresses. A (weights), per 16-row tile: lanes 0-7 rows 0-7, 8-15 rows 8-15 at
     // k 0..15; lanes 16-31 the same rows at k 16..31 -> registers a0 a1 a2 a3 of the mma.
@@ -265,17 +197,7 @@ mma_kernel(const int8_t* __restrict__ aq, const float2* __restrict__ ads, const 
         __syncthreads();
     }
 
-    // C [N, M]: this thread holds rows (m) wm+16i+g (+8) and columns (n) wn+8j+2t (+1)
-#pragma unroll
-    for (int i = 0; i < MT; i++)
-#pragma unroll
-        for (int j = 0; j < NT; j++)
-#pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int m = m0 + wm + 16 * i + g + 8 * (r >> 1);
-                const int n = n0 + wn + 8 * j + 2 * t + (r & 1);
-                if (m < M && n < N) C[(int64_t)n * M + m] = acc[i][j][r];
-            }
+    mma_store_tiles(C, acc, m0 + wm, n0 + wn, g, t, M, N);
 }
 }  // namespace
 
@@ -285,17 +207,12 @@ void gemm_q8_1_mma(const GemmProblem& p, cudaStream_t stream) {
     int8_t* aq;
     float2* ads;
     mma_quantize_acts(p, stream, aq, ads);
-    const size_t smem = 2 * sizeof(Tile<WF, P>) + (size_t)BM * PARTS * RawPart<WF>::CHUNKS * 16;
+    const size_t smem = 2 * sizeof(Tile<WF, P>) + (size_t)BM * PARTS * Raw<WF>::CHUNKS * 16;
     cudaFuncSetAttribute(mma_kernel<WF, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    const int nb = p.K / QK;
-    constexpr int MAX_N = 65535 * BN;  // gridDim.y is capped at 65535: launch in slices of tokens
-    for (int n0 = 0; n0 < p.N; n0 += MAX_N) {
-        const int n = std::min(MAX_N, p.N - n0);
+    mma_launch_slices<BN>(p, aq, ads, [&](const int8_t* aq_n, const float2* ads_n, float* C_n, int n) {
         const dim3 grid((p.M + BM - 1) / BM, (n + BN - 1) / BN);
-        mma_kernel<WF, P><<<grid, THREADS, smem, stream>>>(aq + (int64_t)n0 * p.K, ads + (int64_t)n0 * nb,
-                                                        (const typename WF::block*)p.W, p.C + (int64_t)n0 * p.M,
-                                                        n, p.M, p.K);
-    }
+        mma_kernel<WF, P><<<grid, THREADS, smem, stream>>>(aq_n, ads_n, (const typename WF::block*)p.W, C_n, n, p.M, p.K);
+    });
 }
 
 template void gemm_q8_1_mma<w_q4_0, false>(const GemmProblem&, cudaStream_t);

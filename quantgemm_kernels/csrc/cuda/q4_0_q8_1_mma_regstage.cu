@@ -29,8 +29,6 @@
 //    words in registers and stored in a padded layout where every fragment read is free of bank
 //    conflicts. Shapes with K % 256 != 0 stage block by block (16-bit loads): correct, slower.
 //  * Activations are quantized first into the workspace layout of mma.cuh.
-#include <algorithm>
-
 #include "mma.cuh"
 
 namespace gpu {
@@ -145,13 +143,7 @@ mma_regstage_kernel(const int8_t* __restrict__ aq, const float2* __restrict__ ad
         }
     };
 
-    float acc[MT][NT][4];
-#pragma unroll
-    for (int i = 0; i < MT; i++)
-#pragma unroll
-        for (int j = 0; j < NT; j++)
-#pragma unroll
-            for (int r = 0; r < 4; r++) acc[i][j][r] = 0.0f;
+    float acc[MT][NT][4] = {};
 
     load_weights(0);
     load_acts(tiles[0], 0);
@@ -207,17 +199,7 @@ mma_regstage_kernel(const int8_t* __restrict__ aq, const float2* __restrict__ ad
         __syncthreads();
     }
 
-    // C [N, M]: this thread holds rows (m) wm+16i+g (+8) and columns (n) wn+8j+2t (+1)
-#pragma unroll
-    for (int i = 0; i < MT; i++)
-#pragma unroll
-        for (int j = 0; j < NT; j++)
-#pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int m = m0 + wm + 16 * i + g + 8 * (r >> 1);
-                const int n = n0 + wn + 8 * j + 2 * t + (r & 1);
-                if (m < M && n < N) C[(int64_t)n * M + m] = acc[i][j][r];
-            }
+    mma_store_tiles(C, acc, m0 + wm, n0 + wn, g, t, M, N);
 }
 }  // namespace
 
@@ -228,15 +210,10 @@ void gemm_q8_1_mma_regstage(const GemmProblem& p, cudaStream_t stream) {
     mma_quantize_acts(p, stream, aq, ads);
     const size_t smem = 2 * sizeof(Tile<WF>);
     cudaFuncSetAttribute(mma_regstage_kernel<WF>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    const int nb = p.K / QK;
-    constexpr int MAX_N = 65535 * BN;  // gridDim.y is capped at 65535: launch in slices of tokens
-    for (int n0 = 0; n0 < p.N; n0 += MAX_N) {
-        const int n = std::min(MAX_N, p.N - n0);
+    mma_launch_slices<BN>(p, aq, ads, [&](const int8_t* aq_n, const float2* ads_n, float* C_n, int n) {
         const dim3 grid((p.M + BM - 1) / BM, (n + BN - 1) / BN);
-        mma_regstage_kernel<WF><<<grid, THREADS, smem, stream>>>(aq + (int64_t)n0 * p.K, ads + (int64_t)n0 * nb,
-                                                                 (const typename WF::block*)p.W,
-                                                                 p.C + (int64_t)n0 * p.M, n, p.M, p.K);
-    }
+        mma_regstage_kernel<WF><<<grid, THREADS, smem, stream>>>(aq_n, ads_n, (const typename WF::block*)p.W, C_n, n, p.M, p.K);
+    });
 }
 
 }  // namespace gpu
