@@ -55,6 +55,7 @@ constexpr float DW_SCALE = 0x1p85f;    // 2^149 / 2^64: d_w 2^85 x (d_a sumi 2^-
 
 template <class WF>
 using Raw = RawPart<WF, KB, PARTS>;
+#define QG_WGMMA_SETS_MAX 2
 
 struct Tile {                         // one K step in shared memory
     uint8_t a[KB][BN * QK];           // activation quants, per block BN / 8 row groups of 2 core matrices
@@ -182,52 +183,73 @@ wgmma_kernel(const int8_t* __restrict__ aq, const float2* __restrict__ ads, cons
 
     const uint64_t ones_a = smem_desc(ones), ones_b = smem_desc(ones);
     float acc[64] = {};
-    int D[2][64];  // two accumulator sets: block b in D[b % 2]
+    int D[QG_WGMMA_SETS_MAX][64];  // accumulator sets: block b in D[b % sets]
 
-    // acc += scales x D (block b of the current tile): x = d_a sumi 2^-85 per token, then d_w x.
-    auto scale = [&](const Tile& cur, int b, int (&d)[64]) {
-        float dw[32];
+    // Block b's scales, loaded before the wgmma wait so that their latency hides behind it: the 32
+    // weight-row scales of this thread's columns, d_a 2^64 and c of its two tokens.
+    struct Scales { float dw[32], da[2], c[2]; };
+    auto load_scales = [&](const Tile& cur, int b, Scales& sc) {
 #pragma unroll
-        for (int i = 0; i < 8; i++) *(float4*)&dw[4 * i] = *(const float4*)&cur.wd[b][t * WD_T + 4 * i];
-        float da[2], c[2];
+        for (int i = 0; i < 8; i++) *(float4*)&sc.dw[4 * i] = *(const float4*)&cur.wd[b][t * WD_T + 4 * i];
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            da[h] = cur.ad[b][tok + 8 * h] * DA_SCALE;
-            c[h] = da[h] * C_SCALE;
+            sc.da[h] = cur.ad[b][tok + 8 * h] * DA_SCALE;
+            sc.c[h] = sc.da[h] * C_SCALE;
         }
+    };
+    // acc += scales x D: x = d_a sumi 2^-85 per token, then d_w x.
+    auto scale = [&](const Scales& sc, int (&d)[64]) {
 #pragma unroll
         for (int j = 0; j < 16; j++)
 #pragma unroll
             for (int q = 0; q < 4; q++) {  // d[4j + q]: token tok (+8 for q >= 2), row 8j + 2t (+1 for odd q)
-                const float x = fma_rn(da[q >> 1], __int_as_float(d[4 * j + q]), c[q >> 1]);
-                acc[4 * j + q] = fma_rn(dw[2 * j + (q & 1)], x, acc[4 * j + q]);
+                const float x = fma_rn(sc.da[q >> 1], __int_as_float(d[4 * j + q]), sc.c[q >> 1]);
+                acc[4 * j + q] = fma_rn(sc.dw[2 * j + (q & 1)], x, acc[4 * j + q]);
             }
     };
 
+#ifndef QG_WGMMA_LATE
+#define QG_WGMMA_LATE 0
+#endif
+#ifndef QG_WGMMA_SETS
+#define QG_WGMMA_SETS 2
+#endif
     for (int s = 0; s < steps; s++) {
         const Tile& cur = tiles[s & 1];
         Tile& nxt = tiles[(s + 1) & 1];
         const bool next = s + 1 < steps;
+        Scales sc;
 #pragma unroll
         for (int b = 0; b < KB; b++) {
-            if (next) {  // the next step's copies, in flight while the tensor cores work
+            if (QG_WGMMA_SETS == 1) load_scales(cur, b, sc);
+            else if (b > 0 && !QG_WGMMA_LATE) load_scales(cur, b - 1, sc);
+            wgmma_fence();  // this set's earlier reads (block b - 2's scaling) come first
+            wgmma_s8<0>(D[b % QG_WGMMA_SETS], ones_a, ones_b);  // 2^19 everywhere
+            wgmma_s8<1>(D[b % QG_WGMMA_SETS], smem_desc(&cur.a[b][64 * wg * QK]), smem_desc(&cur.w[b][0]));
+            wgmma_commit();
+            if (next) {  // the next step's copies, in flight while the tensor cores work. Issued after
+                // the wgmma: a copy reads its address registers late, and the wgmma fence would wait for that.
                 if (b == 0) copy_weights(s + 1);
                 if (b == 2) copy_quants(nxt, s + 1);
                 if (b == 4) copy_scales(nxt, s + 1);
             }
-            wgmma_fence();  // this set's earlier reads (block b - 2's scaling) come first
-            wgmma_s8<0>(D[b % 2], ones_a, ones_b);  // 2^19 everywhere
-            wgmma_s8<1>(D[b % 2], smem_desc(&cur.a[b][64 * wg * QK]), smem_desc(&cur.w[b][0]));
-            wgmma_commit();
-            if (b > 0) {  // block b - 1 is done once at most one group (block b) is pending
+            if (QG_WGMMA_SETS == 1) {
+                wgmma_wait<0>();
+                fence_regs(D[0]);
+                scale(sc, D[0]);
+            } else if (b > 0) {  // block b - 1 is done once at most one group (block b) is pending
                 wgmma_wait<1>();
-                fence_regs(D[(b - 1) % 2]);
-                scale(cur, b - 1, D[(b - 1) % 2]);
+                fence_regs(D[(b - 1) % QG_WGMMA_SETS]);
+                if (QG_WGMMA_LATE) load_scales(cur, b - 1, sc);
+                scale(sc, D[(b - 1) % QG_WGMMA_SETS]);
             }
         }
-        wgmma_wait<0>();
-        fence_regs(D[(KB - 1) % 2]);
-        scale(cur, KB - 1, D[(KB - 1) % 2]);
+        if (QG_WGMMA_SETS == 2) {
+            load_scales(cur, KB - 1, sc);
+            wgmma_wait<0>();
+            fence_regs(D[(KB - 1) % QG_WGMMA_SETS]);
+            scale(sc, D[(KB - 1) % QG_WGMMA_SETS]);
+        }
         if (next) {
             cp_async_wait_all();
             unpack_step(nxt, s + 1);
