@@ -33,11 +33,16 @@ enum QgFormat : int { QG_F32 = 0, QG_Q4_0 = 1, QG_Q8_0 = 2, QG_Q8_1 = 3,
 //    QG_DECODE_UNIT_VECS 16-byte vectors (quants + a pad), then per token QG_DECODE_UNIT_DS
 //    float2 (d, s) per unit, rounded up to an even count.
 constexpr int QG_DECODE_UNIT_VECS = 17, QG_DECODE_UNIT_DS = 9;
+//  * the wgmma kernel's image of its shared memory: per tile of QG_WGMMA_TILE_TOKENS tokens and
+//    K step of 8 blocks, a unit of QG_WGMMA_UNIT_BYTES (quants, then (d, c) pairs).
+constexpr int QG_WGMMA_TILE_TOKENS = 128, QG_WGMMA_UNIT_BYTES = 8 * 128 * 32 + 8 * 128 * 8;
 inline size_t act_workspace_bytes(int64_t N, int64_t K) {
     const int64_t nb = K / QK, nu = (nb + 7) / 8;
     const size_t mma = (size_t)(((N * K + 15) / 16) * 16 + N * nb * 8);
     const size_t decode = (size_t)(N * nu * QG_DECODE_UNIT_VECS * 16 + N * ((nu * QG_DECODE_UNIT_DS + 1) / 2 * 2) * 8);
-    return mma > decode ? mma : decode;
+    const size_t wgmma = (size_t)((N + QG_WGMMA_TILE_TOKENS - 1) / QG_WGMMA_TILE_TOKENS) * nu * QG_WGMMA_UNIT_BYTES;
+    const size_t most = mma > decode ? mma : decode;
+    return most > wgmma ? most : wgmma;
 }
 
 typedef void (*CpuGemmFn)(const GemmProblem& p, int m_begin, int m_end);

@@ -125,15 +125,16 @@ __device__ __forceinline__ void mma_copy_weights(uint4 (*raw)[RawPart<WF, KB, PA
     for (int c = 0; c < RP::CHUNKS; c++) cp_async16(&raw[part][c][r], src + c);
 }
 
-// Part PART of row r, copied as RawPart chunks: store(b, d, q) for each of its blocks (b: block in
-// the step, d: scale, q: quant words). After unrolling every offset is a constant.
-template <class WF, int KB, int PARTS, int BM, int PART, class Store>
-__device__ __forceinline__ void mma_unpack_part(const uint4 (*raw)[BM], int r, Store& store) {
+// Part PART of a row, copied as RawPart chunks (chunk(PART, c): its c-th 16 bytes): store(b, d, q)
+// for each of its blocks (b: block in the step, d: scale, q: quant words). After unrolling every
+// offset is a constant.
+template <class WF, int KB, int PARTS, int PART, class Chunk, class Store>
+__device__ __forceinline__ void mma_unpack_part(Chunk& chunk, Store& store) {
     using RP = RawPart<WF, KB, PARTS>;
     uint32_t u[RP::CHUNKS * 4 + 1];
 #pragma unroll
     for (int c = 0; c < RP::CHUNKS; c++) {
-        const uint4 v = raw[c][r];
+        const uint4 v = chunk(PART, c);
         u[4 * c] = v.x; u[4 * c + 1] = v.y; u[4 * c + 2] = v.z; u[4 * c + 3] = v.w;
     }
     u[RP::CHUNKS * 4] = 0;
@@ -148,18 +149,17 @@ __device__ __forceinline__ void mma_unpack_part(const uint4 (*raw)[BM], int r, S
     }
 }
 
-// This thread's part of row r for K step s, after its copies landed (aligned) or, when rows are not
+// This thread's part of row wrow for K step s, after its copies landed (aligned) or, when rows are not
 // 16-byte aligned (nb % KB != 0), straight from the blocks with 16-bit loads (correct, slower),
 // blocks past the last as zeros.
-template <class WF, int KB, int PARTS, int BM, class Store>
-__device__ __forceinline__ void mma_unpack_weights(const uint4 (*raw)[RawPart<WF, KB, PARTS>::CHUNKS][BM],
-                                                   const typename WF::block* wrow, int r, int part, int s, int nb,
-                                                   bool aligned, Store store) {
+template <class WF, int KB, int PARTS, class Chunk, class Store>
+__device__ __forceinline__ void mma_unpack_weights(Chunk chunk, const typename WF::block* wrow, int part, int s,
+                                                   int nb, bool aligned, Store store) {
     using RP = RawPart<WF, KB, PARTS>;
     if (aligned) {
         static_assert(PARTS == 2, "one case per part");
-        if (part == 0) mma_unpack_part<WF, KB, PARTS, BM, 0>(raw[0], r, store);
-        else mma_unpack_part<WF, KB, PARTS, BM, 1>(raw[1], r, store);
+        if (part == 0) mma_unpack_part<WF, KB, PARTS, 0>(chunk, store);
+        else mma_unpack_part<WF, KB, PARTS, 1>(chunk, store);
         return;
     }
     for (int i = 0; i < RP::BPP; i++) {

@@ -115,9 +115,8 @@ mma_kernel(const int8_t* __restrict__ aq, const float2* __restrict__ ads, const 
         mma_copy_act_scales<THREADS, BN, KB>(&tile.ad[0][0], AD_PITCH, ads, s, nb, n0, N, tid);
     };
     auto unpack_step = [&](Tile<WF, P>& tile, int s) {  // this thread's part row, after its copies landed
-        mma_unpack_weights<WF, KB, PARTS, BM>(raw, wrow, wr, wp, s, nb, aligned, [&](int b, float d, const uint32_t* q) {
-            store_block<WF, P>(tile, wr, b, d, q);
-        });
+        mma_unpack_weights<WF, KB, PARTS>([&](int part, int c) { return raw[part][c][wr]; }, wrow, wp, s, nb, aligned,
+                                          [&](int b, float d, const uint32_t* q) { store_block<WF, P>(tile, wr, b, d, q); });
     };
 
     float acc[MT][NT][4] = {};

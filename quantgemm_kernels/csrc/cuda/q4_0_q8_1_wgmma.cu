@@ -39,33 +39,59 @@
 namespace gpu {
 namespace {
 constexpr int BM = 128;                // weight rows per CTA: the wgmma's N
-constexpr int BN = 128;                // tokens per CTA: 2 warpgroups x the wgmma's M = 64
+constexpr int BN = QG_WGMMA_TILE_TOKENS;  // tokens per CTA (128): 2 warpgroups x the wgmma's M = 64
 constexpr int KB = 8;                  // blocks per K step
 constexpr int THREADS = 256;           // 2 warpgroups
-constexpr int PARTS = THREADS / BM;    // threads that stage one weight row
+constexpr int PARTS = THREADS / BM;    // threads that unpack one weight row
 constexpr int CORE = 128;              // bytes of a core matrix: 8 rows x 16 bytes
 constexpr int LBO = CORE;              // descriptor: bytes between the two core matrices of a row group (k)
 constexpr int SBO = 2 * CORE;          // descriptor: bytes between row groups of 8 (m or n)
 constexpr int WD_T = 36;               // floats per lane column t in a block's weight scales (32 + 4: banks)
 constexpr int WD_PITCH = 4 * WD_T;     // floats per block of weight scales
-constexpr int AD_PITCH = BN + 4;       // floats per block of activation scales; +4: copies hit 8 bank groups
 constexpr float DA_SCALE = 0x1p64f;    // d_a's factor: d_a 2^64 <= 2^80
 constexpr float C_SCALE = -0x1p-130f;  // c = -2^19 2^-149 (d_a 2^64): exact, normal (>= 2^-90)
 constexpr float DW_SCALE = 0x1p85f;    // 2^149 / 2^64: d_w 2^85 x (d_a sumi 2^-85) = d_w d_a sumi
+static_assert(QG_WGMMA_UNIT_BYTES == KB * BN * QK + KB * BN * 8, "gemm.h's workspace unit is one K step of a tile");
 
 template <class WF>
 using Raw = RawPart<WF, KB, PARTS>;
-#define QG_WGMMA_SETS_MAX 2
-
-struct Tile {                         // one K step in shared memory
-    uint8_t a[KB][BN * QK];           // activation quants, per block BN / 8 row groups of 2 core matrices
-    uint8_t w[KB][BM * QK];           // weights as int8 (Q4_0: 16 (q - 8)), the same layout
-    float wd[KB][WD_PITCH];           // weight scales x DW_SCALE (Q4_0: / 16), in wd_slot order
-    float ad[KB][AD_PITCH];           // activation scales d [block][token]
-};
 
 // Byte offset of row r, k half h (k 0..15 or 16..31) of a block's core-matrix tile.
 __host__ __device__ constexpr int core_offset(int r, int h) { return (r / 8) * SBO + h * LBO + (r % 8) * 16; }
+
+// ---- The activations, quantized into the layout of the kernel's shared memory: per tile of BN
+// tokens and K step, one unit of QG_WGMMA_UNIT_BYTES = the quants a[KB][BN * 32] in core-matrix
+// order, then per block and token the pair (d_a 2^64, c). A K step of a tile is then one bulk copy.
+// Tokens past N and blocks past K are zeros (scale 0: they add nothing).
+__global__ void wgmma_quantize_act_kernel(const float* __restrict__ x, uint8_t* __restrict__ ws, int N, int K,
+                                          int steps, int64_t total) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;  // over [tiles * BN][steps * KB * 32]
+    if (i - (threadIdx.x % 32) >= total) return;                      // whole warps in or out
+    const int64_t kp = (int64_t)steps * KB * QK;
+    const int n = (int)(i / kp), k = (int)(i % kp);
+    const int tile = n / BN, nl = n % BN, s = k / (KB * QK), b = (k / QK) % KB, lane = k % QK;
+    uint8_t* unit = ws + ((int64_t)tile * steps + s) * QG_WGMMA_UNIT_BYTES;
+    int q = 0;
+    float d = 0.0f;
+    if (n < N && k < K) {  // warp-uniform: a warp is one block of one token
+        fp16_bits d16, s16;
+        q = quantize_q8_1_lane(x[(int64_t)n * K + k], d16, s16);
+        d = scale_to_float(d16);
+        (void)s16;  // the signed formula needs no s
+    }
+    unit[b * BN * QK + core_offset(nl, lane / 16) + lane % 16] = (uint8_t)(int8_t)q;
+    if (lane == 0) {
+        const float da = d * DA_SCALE;
+        ((float2*)(unit + KB * BN * QK))[b * BN + nl] = make_float2(da, da * C_SCALE);
+    }
+}
+
+struct Stage {                   // one K step in shared memory
+    uint8_t a[KB][BN * QK];      // activation quants, per block BN / 8 row groups of 2 core matrices
+    float2 ad[KB][BN];           // (d_a 2^64, c) [block][token]: with a, one unit of the workspace
+    uint8_t w[KB][BM * QK];      // weights as int8 (Q4_0: 16 (q - 8)), the layout of a
+    float wd[KB][WD_PITCH];      // weight scales x DW_SCALE (Q4_0: / 16), in wd_slot order
+};
 
 // A thread of the warpgroup holds columns n = 8j + 2t + e (j < 16, e < 2) of the 128: their scales
 // sit at t WD_T + 2j + e, so a thread reads its 32 as 8 float4 and the 4 values of t hit other banks.
@@ -116,148 +142,132 @@ __device__ __forceinline__ void fence_regs(int (&d)[64]) {
 #pragma unroll
     for (int i = 0; i < 64; i++) asm volatile("" : "+r"(d[i])::"memory");
 }
+
+// Bulk copies (the TMA engine, no per-thread copy instructions in the loop): `bytes` (a multiple of
+// 16, both addresses 16-byte aligned) from global to shared memory, counted on an mbarrier.
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, int bytes, uint64_t* bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+                 ::"r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(src), "r"(bytes),
+                 "r"((uint32_t)__cvta_generic_to_shared(bar)) : "memory");
+}
+__device__ __forceinline__ void bar_init(uint64_t* bar) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"((uint32_t)__cvta_generic_to_shared(bar)) : "memory");
+}
+__device__ __forceinline__ void bar_expect(uint64_t* bar, int bytes) {  // the one arrival of a phase
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n"
+                 ::"r"((uint32_t)__cvta_generic_to_shared(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void bar_wait(uint64_t* bar, int parity) {
+    asm volatile("{\n.reg .pred p;\nWAIT_%=:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 "@!p bra WAIT_%=;\n}\n" ::"r"((uint32_t)__cvta_generic_to_shared(bar)), "r"(parity) : "memory");
+}
 #endif
 
-// One block of a weight row into the tile: its values as int8 (two 16-byte core-matrix rows) and its scale.
+// One block of a weight row into the stage: its values as int8 (two 16-byte core-matrix rows) and its scale.
 template <class WF>
-__device__ __forceinline__ void store_block(Tile& tile, int r, int b, float d, const uint32_t* q) {
-    uint4* lo = (uint4*)&tile.w[b][core_offset(r, 0)];
-    uint4* hi = (uint4*)&tile.w[b][core_offset(r, 1)];
+__device__ __forceinline__ void store_block(Stage& st, int r, int b, float d, const uint32_t* q) {
+    uint4* lo = (uint4*)&st.w[b][core_offset(r, 0)];
+    uint4* hi = (uint4*)&st.w[b][core_offset(r, 1)];
     if constexpr (WF::offset == 8) {  // Q4_0: word j's low nibbles are k = 4j.., its high ones 16 + 4j..
         *lo = make_uint4(q4_0_signed_lo(q[0]), q4_0_signed_lo(q[1]), q4_0_signed_lo(q[2]), q4_0_signed_lo(q[3]));
         *hi = make_uint4(q4_0_signed_hi(q[0]), q4_0_signed_hi(q[1]), q4_0_signed_hi(q[2]), q4_0_signed_hi(q[3]));
-        tile.wd[b][wd_slot(r)] = d * (DW_SCALE / 16);  // exact: the mma sums 16 (q - 8) a
+        st.wd[b][wd_slot(r)] = d * (DW_SCALE / 16);  // exact: the mma sums 16 (q - 8) a
     } else {
         *lo = make_uint4(q[0], q[1], q[2], q[3]);
         *hi = make_uint4(q[4], q[5], q[6], q[7]);
-        tile.wd[b][wd_slot(r)] = d * DW_SCALE;
+        st.wd[b][wd_slot(r)] = d * DW_SCALE;
     }
 }
 
 template <class WF>
 __global__ void __launch_bounds__(THREADS, 1)
-wgmma_kernel(const int8_t* __restrict__ aq, const float2* __restrict__ ads, const typename WF::block* __restrict__ W,
-             float* __restrict__ C, int N, int M, int K) {
+wgmma_kernel(const uint8_t* __restrict__ ws, const typename WF::block* __restrict__ W, float* __restrict__ C, int N,
+             int M, int K) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using RP = Raw<WF>;
+    constexpr int RAW_ROW = KB * RP::B;  // bytes of a row's K step as stored (144 or 272: 16-byte multiples)
     extern __shared__ __align__(1024) int4 smem_raw[];
-    Tile* tiles = (Tile*)smem_raw;                                              // [2]
-    uint8_t* ones = (uint8_t*)(tiles + 2);                                      // BM x 32 bytes of -128
-    uint4(*raw)[RP::CHUNKS][BM] = (uint4(*)[RP::CHUNKS][BM])(ones + BM * QK);  // [PARTS][CHUNKS][BM]
+    Stage* stages = (Stage*)smem_raw;                          // [2]
+    uint8_t* ones = (uint8_t*)(stages + 2);                    // BM x 32 bytes of -128
+    uint8_t(*raw)[RAW_ROW] = (uint8_t(*)[RAW_ROW])(ones + BM * QK);  // [BM][RAW_ROW]: a K step as stored
+    uint64_t* bar = (uint64_t*)(raw + BM);
     const int nb = K / QK;
     const int steps = (nb + KB - 1) / KB;
-    const bool aligned = nb % KB == 0;  // weight rows' K steps start 16-byte aligned: cp.async
-    const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+    const bool aligned = nb % KB == 0;  // rows' K steps start 16-byte aligned: bulk copies, else 16-bit loads
+    const int m0 = blockIdx.x * BM;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int g = lane / 4, t = lane % 4;
     const int wg = warp / 4;                         // warpgroup: tokens 64 wg ..
     const int tok = 64 * wg + 16 * (warp % 4) + g;   // this thread's tokens: tok and tok + 8
+    const uint8_t* units = ws + (int64_t)blockIdx.y * steps * QG_WGMMA_UNIT_BYTES;  // this tile's K steps
 
-    const int wr = tid % BM, wp = tid / BM;  // staging: thread tid copies and unpacks part wp of row wr
+    const int wr = tid % BM, wp = tid / BM;  // thread tid copies (wp = 0) and unpacks part wp of row wr
     const typename WF::block* wrow = W + (int64_t)min(m0 + wr, M - 1) * nb;  // rows past M repeat the last
-    auto copy_weights = [&](int s) {
-        if (aligned) mma_copy_weights<WF, KB, PARTS, BM>(raw, wrow, wr, wp, s);
+    auto load_step = [&](int s) {  // issued by every thread, counted on one barrier phase per step
+        Stage& st = stages[s & 1];
+        if (tid == 0) {
+            bar_expect(bar, QG_WGMMA_UNIT_BYTES + (aligned ? BM * RAW_ROW : 0));
+            bulk_copy(&st.a[0][0], units + (int64_t)s * QG_WGMMA_UNIT_BYTES, QG_WGMMA_UNIT_BYTES, bar);
+        }
+        if (aligned && wp == 0) bulk_copy(&raw[wr][0], wrow + s * KB, RAW_ROW, bar);
     };
-    auto copy_quants = [&](Tile& tile, int s) {  // chunk j of a token: block j / 2, k half j % 2
-        mma_copy_act_quants<THREADS, BN>(aq, s, nb, K, n0, N, tid,
-                                         [&](int r, int j) { return &tile.a[j / 2][core_offset(r, j % 2)]; });
-    };
-    auto copy_scales = [&](Tile& tile, int s) {
-        mma_copy_act_scales<THREADS, BN, KB>(&tile.ad[0][0], AD_PITCH, ads, s, nb, n0, N, tid);
-    };
-    auto unpack_step = [&](Tile& tile, int s) {  // then fence: the tensor cores read what st.shared wrote
-        mma_unpack_weights<WF, KB, PARTS, BM>(raw, wrow, wr, wp, s, nb, aligned, [&](int b, float d, const uint32_t* q) {
-            store_block<WF>(tile, wr, b, d, q);
-        });
+    auto unpack_step = [&](int s) {  // after the step's copies landed; then fence: the tensor cores read what st.shared wrote
+        Stage& st = stages[s & 1];
+        mma_unpack_weights<WF, KB, PARTS>(
+            [&](int part, int c) { return ((const uint4*)&raw[wr][0])[RP::first_chunk(part) + c]; }, wrow, wp, s, nb,
+            aligned, [&](int b, float d, const uint32_t* q) { store_block<WF>(st, wr, b, d, q); });
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     };
 
-    for (int i = tid; i < BM * QK / 16; i += THREADS) ((uint4*)ones)[i] = make_uint4(~0u / 255 * 0x80, ~0u / 255 * 0x80,
-                                                                                       ~0u / 255 * 0x80, ~0u / 255 * 0x80);
-    copy_weights(0);
-    copy_quants(tiles[0], 0);
-    copy_scales(tiles[0], 0);
-    cp_async_wait_all();
-    unpack_step(tiles[0], 0);
+    for (int i = tid; i < BM * QK / 16; i += THREADS) ((uint4*)ones)[i] = make_uint4(0x80808080u, 0x80808080u,
+                                                                                       0x80808080u, 0x80808080u);
+    if (tid == 0) bar_init(bar);
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // the barrier's init, the ones: seen by the async proxy
+    __syncthreads();
+    load_step(0);
+    bar_wait(bar, 0);
+    unpack_step(0);
     __syncthreads();
 
-    const uint64_t ones_a = smem_desc(ones), ones_b = smem_desc(ones);
+    const uint64_t ones_desc = smem_desc(ones);
     float acc[64] = {};
-    int D[QG_WGMMA_SETS_MAX][64];  // accumulator sets: block b in D[b % sets]
+    int D[64];
 
-    // Block b's scales, loaded before the wgmma wait so that their latency hides behind it: the 32
-    // weight-row scales of this thread's columns, d_a 2^64 and c of its two tokens.
-    struct Scales { float dw[32], da[2], c[2]; };
-    auto load_scales = [&](const Tile& cur, int b, Scales& sc) {
-#pragma unroll
-        for (int i = 0; i < 8; i++) *(float4*)&sc.dw[4 * i] = *(const float4*)&cur.wd[b][t * WD_T + 4 * i];
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            sc.da[h] = cur.ad[b][tok + 8 * h] * DA_SCALE;
-            sc.c[h] = sc.da[h] * C_SCALE;
-        }
-    };
-    // acc += scales x D: x = d_a sumi 2^-85 per token, then d_w x.
-    auto scale = [&](const Scales& sc, int (&d)[64]) {
-#pragma unroll
-        for (int j = 0; j < 16; j++)
-#pragma unroll
-            for (int q = 0; q < 4; q++) {  // d[4j + q]: token tok (+8 for q >= 2), row 8j + 2t (+1 for odd q)
-                const float x = fma_rn(sc.da[q >> 1], __int_as_float(d[4 * j + q]), sc.c[q >> 1]);
-                acc[4 * j + q] = fma_rn(sc.dw[2 * j + (q & 1)], x, acc[4 * j + q]);
-            }
-    };
-
-#ifndef QG_WGMMA_LATE
-#define QG_WGMMA_LATE 0
-#endif
-#ifndef QG_WGMMA_SETS
-#define QG_WGMMA_SETS 2
-#endif
     for (int s = 0; s < steps; s++) {
-        const Tile& cur = tiles[s & 1];
-        Tile& nxt = tiles[(s + 1) & 1];
+        const Stage& cur = stages[s & 1];
         const bool next = s + 1 < steps;
-        Scales sc;
+        if (next) load_step(s + 1);  // the other stage and the raw rows are free (barrier below)
 #pragma unroll
         for (int b = 0; b < KB; b++) {
-            if (QG_WGMMA_SETS == 1) load_scales(cur, b, sc);
-            else if (b > 0 && !QG_WGMMA_LATE) load_scales(cur, b - 1, sc);
-            wgmma_fence();  // this set's earlier reads (block b - 2's scaling) come first
-            wgmma_s8<0>(D[b % QG_WGMMA_SETS], ones_a, ones_b);  // 2^19 everywhere
-            wgmma_s8<1>(D[b % QG_WGMMA_SETS], smem_desc(&cur.a[b][64 * wg * QK]), smem_desc(&cur.w[b][0]));
+            float dw[32];  // block b's scales: the 32 weight rows of this thread, (d_a 2^64, c) of its 2 tokens
+#pragma unroll
+            for (int i = 0; i < 8; i++) *(float4*)&dw[4 * i] = *(const float4*)&cur.wd[b][t * WD_T + 4 * i];
+            const float2 da0 = cur.ad[b][tok], da1 = cur.ad[b][tok + 8];
+            wgmma_fence();  // the previous block's reads of D come first
+            wgmma_s8<0>(D, ones_desc, ones_desc);  // 2^19 everywhere
+            wgmma_s8<1>(D, smem_desc(&cur.a[b][64 * wg * QK]), smem_desc(&cur.w[b][0]));
             wgmma_commit();
-            if (next) {  // the next step's copies, in flight while the tensor cores work. Issued after
-                // the wgmma: a copy reads its address registers late, and the wgmma fence would wait for that.
-                if (b == 0) copy_weights(s + 1);
-                if (b == 2) copy_quants(nxt, s + 1);
-                if (b == 4) copy_scales(nxt, s + 1);
-            }
-            if (QG_WGMMA_SETS == 1) {
-                wgmma_wait<0>();
-                fence_regs(D[0]);
-                scale(sc, D[0]);
-            } else if (b > 0) {  // block b - 1 is done once at most one group (block b) is pending
-                wgmma_wait<1>();
-                fence_regs(D[(b - 1) % QG_WGMMA_SETS]);
-                if (QG_WGMMA_LATE) load_scales(cur, b - 1, sc);
-                scale(sc, D[(b - 1) % QG_WGMMA_SETS]);
-            }
-        }
-        if (QG_WGMMA_SETS == 2) {
-            load_scales(cur, KB - 1, sc);
             wgmma_wait<0>();
-            fence_regs(D[(KB - 1) % QG_WGMMA_SETS]);
-            scale(sc, D[(KB - 1) % QG_WGMMA_SETS]);
+            fence_regs(D);
+#pragma unroll
+            for (int j = 0; j < 16; j++)
+#pragma unroll
+                for (int q = 0; q < 4; q++) {  // D[4j + q]: token tok (+8 for q >= 2), row 8j + 2t (+1 for odd q)
+                    const float2 da = q < 2 ? da0 : da1;
+                    const float x = fma_rn(da.x, __int_as_float(D[4 * j + q]), da.y);  // d_a sumi 2^-85
+                    acc[4 * j + q] = fma_rn(dw[2 * j + (q & 1)], x, acc[4 * j + q]);
+                }
         }
         if (next) {
-            cp_async_wait_all();
-            unpack_step(nxt, s + 1);
+            bar_wait(bar, (s + 1) & 1);
+            unpack_step(s + 1);
         }
-        __syncthreads();  // every warpgroup is done with cur (wait<0>), nxt is complete
+        __syncthreads();  // every warpgroup is done with cur (wait<0>), the next stage is complete
     }
 
     // acc[4j + q]: token tok (+8), weight row 8j + 2t (+1): rows 2t, 2t + 1 are adjacent in C [N, M].
+    const int n0 = blockIdx.y * BN;
 #pragma unroll
     for (int j = 0; j < 16; j++)
 #pragma unroll
@@ -288,15 +298,20 @@ void gemm_q8_1_wgmma(const GemmProblem& p, cudaStream_t stream) {
     if (major != 9 || minor != 0)
         throw std::runtime_error("the wgmma kernels run on compute capability 9.0 (Hopper) only, this GPU is " +
                                  std::to_string(major) + "." + std::to_string(minor));
-    int8_t* aq;
-    float2* ads;
-    mma_quantize_acts(p, stream, aq, ads);
-    const size_t smem = 2 * sizeof(Tile) + BM * QK + (size_t)BM * PARTS * Raw<WF>::CHUNKS * 16;
+    const int nb = p.K / QK, steps = (nb + KB - 1) / KB, tiles = (p.N + BN - 1) / BN;
+    uint8_t* ws = (uint8_t*)p.workspace;
+    const int64_t total = (int64_t)tiles * BN * steps * KB * QK;
+    wgmma_quantize_act_kernel<<<(unsigned)((total + 255) / 256), 256, 0, stream>>>((const float*)p.A, ws, p.N, p.K,
+                                                                                   steps, total);
+    const size_t smem = 2 * sizeof(Stage) + BM * QK + (size_t)BM * KB * Raw<WF>::B + 16;
     cudaFuncSetAttribute(wgmma_kernel<WF>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    mma_launch_slices<BN>(p, aq, ads, [&](const int8_t* aq_n, const float2* ads_n, float* C_n, int n) {
-        const dim3 grid((p.M + BM - 1) / BM, (n + BN - 1) / BN);
-        wgmma_kernel<WF><<<grid, THREADS, smem, stream>>>(aq_n, ads_n, (const typename WF::block*)p.W, C_n, n, p.M, p.K);
-    });
+    for (int t0 = 0; t0 < tiles; t0 += 65535) {  // gridDim.y is capped at 65535
+        const int n0 = t0 * BN;
+        const dim3 grid((p.M + BM - 1) / BM, std::min(65535, tiles - t0));
+        wgmma_kernel<WF><<<grid, THREADS, smem, stream>>>(ws + (int64_t)t0 * steps * QG_WGMMA_UNIT_BYTES,
+                                                          (const typename WF::block*)p.W, p.C + (int64_t)n0 * p.M,
+                                                          p.N - n0, p.M, p.K);
+    }
 }
 
 template void gemm_q8_1_wgmma<w_q4_0>(const GemmProblem&, cudaStream_t);
