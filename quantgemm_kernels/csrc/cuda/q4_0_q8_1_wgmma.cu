@@ -31,6 +31,8 @@
 // 128 contiguous bytes; a block's tile of R rows is R / 8 pairs of them (k 0..15, k 16..31).
 // Generic-proxy writes (cp.async, st.shared) are made visible to the tensor cores' async proxy by
 // fence.proxy.async before the barrier.
+#include <cuda.h>  // CUtensorMap (the types only: the encoder comes from the driver at run time)
+
 #include <stdexcept>
 #include <string>
 
@@ -150,6 +152,12 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, int bytes,
                  ::"r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(src), "r"(bytes),
                  "r"((uint32_t)__cvta_generic_to_shared(bar)) : "memory");
 }
+// The same for a 2-D box of a tensor map: the box at element (x, y), written densely.
+__device__ __forceinline__ void tma_copy_2d(void* dst, const CUtensorMap* map, int x, int y, uint64_t* bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+                 ::"r"((uint32_t)__cvta_generic_to_shared(dst)), "l"((uint64_t)map), "r"(x), "r"(y),
+                 "r"((uint32_t)__cvta_generic_to_shared(bar)) : "memory");
+}
 __device__ __forceinline__ void bar_init(uint64_t* bar) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"((uint32_t)__cvta_generic_to_shared(bar)) : "memory");
 }
@@ -182,8 +190,8 @@ __device__ __forceinline__ void store_block(Stage& st, int r, int b, float d, co
 
 template <class WF>
 __global__ void __launch_bounds__(THREADS, 1)
-wgmma_kernel(const uint8_t* __restrict__ ws, const typename WF::block* __restrict__ W, float* __restrict__ C, int N,
-             int M, int K) {
+wgmma_kernel(const uint8_t* __restrict__ ws, const __grid_constant__ CUtensorMap wmap,
+             const typename WF::block* __restrict__ W, float* __restrict__ C, int N, int M, int K) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using RP = Raw<WF>;
     constexpr int RAW_ROW = KB * RP::B;  // bytes of a row's K step as stored (144 or 272: 16-byte multiples)
@@ -202,15 +210,15 @@ wgmma_kernel(const uint8_t* __restrict__ ws, const typename WF::block* __restric
     const int tok = 64 * wg + 16 * (warp % 4) + g;   // this thread's tokens: tok and tok + 8
     const uint8_t* units = ws + (int64_t)blockIdx.y * steps * QG_WGMMA_UNIT_BYTES;  // this tile's K steps
 
-    const int wr = tid % BM, wp = tid / BM;  // thread tid copies (wp = 0) and unpacks part wp of row wr
+    const int wr = tid % BM, wp = tid / BM;  // thread tid unpacks part wp of row wr
     const typename WF::block* wrow = W + (int64_t)min(m0 + wr, M - 1) * nb;  // rows past M repeat the last
     auto load_step = [&](int s) {  // issued by every thread, counted on one barrier phase per step
         Stage& st = stages[s & 1];
-        if (tid == 0) {
+        if (tid == 0) {  // the weights: one box of BM rows x a K step (16-bit elements), rows past M zeros
             bar_expect(bar, QG_WGMMA_UNIT_BYTES + (aligned ? BM * RAW_ROW : 0));
             bulk_copy(&st.a[0][0], units + (int64_t)s * QG_WGMMA_UNIT_BYTES, QG_WGMMA_UNIT_BYTES, bar);
+            if (aligned) tma_copy_2d(&raw[0][0], &wmap, s * RAW_ROW / 2, m0, bar);
         }
-        if (aligned && wp == 0) bulk_copy(&raw[wr][0], wrow + s * KB, RAW_ROW, bar);
     };
     auto unpack_step = [&](int s) {  // after the step's copies landed; then fence: the tensor cores read what st.shared wrote
         Stage& st = stages[s & 1];
@@ -285,6 +293,23 @@ wgmma_kernel(const uint8_t* __restrict__ ws, const typename WF::block* __restric
 }
 }  // namespace
 
+// cuTensorMapEncodeTiled, from the driver through the runtime (no link to libcuda).
+using PFN_encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+PFN_encode tensor_map_encoder() {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+#if CUDART_VERSION >= 12050
+    const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q);
+#else
+    const cudaError_t e = cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &fn, cudaEnableDefault, &q);
+#endif
+    if (e != cudaSuccess || fn == nullptr || q != cudaDriverEntryPointSuccess)
+        throw std::runtime_error("the CUDA driver has no cuTensorMapEncodeTiled (needs CUDA 12 or newer)");
+    return (PFN_encode)fn;
+}
+
 template <class WF>
 void gemm_q8_1_wgmma(const GemmProblem& p, cudaStream_t stream) {
 #if !defined(QG_HAS_SM90A)
@@ -303,12 +328,25 @@ void gemm_q8_1_wgmma(const GemmProblem& p, cudaStream_t stream) {
     const int64_t total = (int64_t)tiles * BN * steps * KB * QK;
     wgmma_quantize_act_kernel<<<(unsigned)((total + 255) / 256), 256, 0, stream>>>((const float*)p.A, ws, p.N, p.K,
                                                                                    steps, total);
+    // The weights as a 2-D tensor of 16-bit elements [M][nb * B / 2] (rows' strides must be 16-byte
+    // multiples: nb % 8 == 0; else the kernel reads them with 16-bit loads and the map is unused).
+    CUtensorMap wmap{};
+    if (nb % KB == 0) {
+        static PFN_encode encode = tensor_map_encoder();
+        const cuuint64_t dims[2] = {(cuuint64_t)nb * Raw<WF>::B / 2, (cuuint64_t)p.M};
+        const cuuint64_t strides[1] = {(cuuint64_t)nb * Raw<WF>::B};
+        const cuuint32_t box[2] = {KB * Raw<WF>::B / 2, BM}, estrides[2] = {1, 1};
+        const CUresult r = encode(&wmap, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, const_cast<void*>(p.W), dims, strides, box,
+                                  estrides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                                  CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+        if (r != CUDA_SUCCESS) throw std::runtime_error("cuTensorMapEncodeTiled failed: " + std::to_string((int)r));
+    }
     const size_t smem = 2 * sizeof(Stage) + BM * QK + (size_t)BM * KB * Raw<WF>::B + 16;
     cudaFuncSetAttribute(wgmma_kernel<WF>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     for (int t0 = 0; t0 < tiles; t0 += 65535) {  // gridDim.y is capped at 65535
         const int n0 = t0 * BN;
         const dim3 grid((p.M + BM - 1) / BM, std::min(65535, tiles - t0));
-        wgmma_kernel<WF><<<grid, THREADS, smem, stream>>>(ws + (int64_t)t0 * steps * QG_WGMMA_UNIT_BYTES,
+        wgmma_kernel<WF><<<grid, THREADS, smem, stream>>>(ws + (int64_t)t0 * steps * QG_WGMMA_UNIT_BYTES, wmap,
                                                           (const typename WF::block*)p.W, p.C + (int64_t)n0 * p.M,
                                                           p.N - n0, p.M, p.K);
     }
