@@ -240,7 +240,27 @@ wgmma_kernel(const uint8_t* __restrict__ ws, const __grid_constant__ CUtensorMap
 
     const uint64_t ones_desc = smem_desc(ones);
     float acc[64] = {};
-    int D[64];
+#ifndef QG_WGMMA_SETS
+#define QG_WGMMA_SETS 1
+#endif
+    constexpr int SETS = QG_WGMMA_SETS;  // accumulator sets: 2 overlap block b's scaling with block b + 1's wgmma
+    int D[SETS][64];
+
+    // acc += the scales of block b x D: x = d_a sumi 2^-85 per token, then d_w x.
+    auto scale = [&](const Stage& cur, int b, int (&d)[64]) {
+        float dw[32];  // the 32 weight rows of this thread, (d_a 2^64, c) of its 2 tokens
+#pragma unroll
+        for (int i = 0; i < 8; i++) *(float4*)&dw[4 * i] = *(const float4*)&cur.wd[b][t * WD_T + 4 * i];
+        const float2 da0 = cur.ad[b][tok], da1 = cur.ad[b][tok + 8];
+#pragma unroll
+        for (int j = 0; j < 16; j++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) {  // d[4j + q]: token tok (+8 for q >= 2), row 8j + 2t (+1 for odd q)
+                const float2 da = q < 2 ? da0 : da1;
+                const float x = fma_rn(da.x, __int_as_float(d[4 * j + q]), da.y);  // d_a sumi 2^-85
+                acc[4 * j + q] = fma_rn(dw[2 * j + (q & 1)], x, acc[4 * j + q]);
+            }
+    };
 
     for (int s = 0; s < steps; s++) {
         const Stage& cur = stages[s & 1];
@@ -248,24 +268,24 @@ wgmma_kernel(const uint8_t* __restrict__ ws, const __grid_constant__ CUtensorMap
         if (next) load_step(s + 1);  // the other stage and the raw rows are free (barrier below)
 #pragma unroll
         for (int b = 0; b < KB; b++) {
-            float dw[32];  // block b's scales: the 32 weight rows of this thread, (d_a 2^64, c) of its 2 tokens
-#pragma unroll
-            for (int i = 0; i < 8; i++) *(float4*)&dw[4 * i] = *(const float4*)&cur.wd[b][t * WD_T + 4 * i];
-            const float2 da0 = cur.ad[b][tok], da1 = cur.ad[b][tok + 8];
-            wgmma_fence();  // the previous block's reads of D come first
-            wgmma_s8<0>(D, ones_desc, ones_desc);  // 2^19 everywhere
-            wgmma_s8<1>(D, smem_desc(&cur.a[b][64 * wg * QK]), smem_desc(&cur.w[b][0]));
+            wgmma_fence();  // earlier reads of this set come first
+            wgmma_s8<0>(D[b % SETS], ones_desc, ones_desc);  // 2^19 everywhere
+            wgmma_s8<1>(D[b % SETS], smem_desc(&cur.a[b][64 * wg * QK]), smem_desc(&cur.w[b][0]));
             wgmma_commit();
+            if (SETS == 1) {
+                wgmma_wait<0>();
+                fence_regs(D[0]);
+                scale(cur, b, D[0]);
+            } else if (b > 0) {  // block b - 1 is done once at most one group (block b) is pending
+                wgmma_wait<SETS - 1>();
+                fence_regs(D[(b - 1) % SETS]);
+                scale(cur, b - 1, D[(b - 1) % SETS]);
+            }
+        }
+        if (SETS > 1) {
             wgmma_wait<0>();
-            fence_regs(D);
-#pragma unroll
-            for (int j = 0; j < 16; j++)
-#pragma unroll
-                for (int q = 0; q < 4; q++) {  // D[4j + q]: token tok (+8 for q >= 2), row 8j + 2t (+1 for odd q)
-                    const float2 da = q < 2 ? da0 : da1;
-                    const float x = fma_rn(da.x, __int_as_float(D[4 * j + q]), da.y);  // d_a sumi 2^-85
-                    acc[4 * j + q] = fma_rn(dw[2 * j + (q & 1)], x, acc[4 * j + q]);
-                }
+            fence_regs(D[(KB - 1) % SETS]);
+            scale(cur, KB - 1, D[(KB - 1) % SETS]);
         }
         if (next) {
             bar_wait(bar, (s + 1) & 1);
