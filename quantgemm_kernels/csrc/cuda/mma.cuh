@@ -95,7 +95,7 @@ inline void mma_launch_slices(const GemmProblem& p, const int8_t* aq, const floa
         launch(aq + (int64_t)n0 * p.K, ads + (int64_t)n0 * nb, p.C + (int64_t)n0 * p.M, std::min(MAX_N, p.N - n0));
 }
 
-// ---- Staging shared by the tiled tensor-core steps (q4_0_q8_1_mma.cu, q4_0_q8_1_wgmma.cu): a K step
+// ---- Staging of the tiled tensor-core steps (the copies: q4_0_q8_1_mma.cu; the unpacking: also wgmma): a K step
 // of KB blocks per weight row, copied with cp.async by PARTS threads per row (a part of KB / PARTS
 // blocks each) into a raw buffer [PARTS][CHUNKS][BM] (a warp's 32 copies: 32 rows, distinct banks),
 // then unpacked by the thread that copied it (no barrier between its copy and its read).
