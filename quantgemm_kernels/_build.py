@@ -83,7 +83,7 @@ def build_config(with_cuda: bool) -> dict:
     if with_cuda:
         cflags.append("-DWITH_CUDA")
         cuda_flags.append("-DWITH_CUDA")
-        if "9.0a" in arch_list.replace(" ", ";").split(";") or "9.0a+PTX" in arch_list:
+        if "9.0a" in {a.split("+")[0] for a in arch_list.replace(" ", ";").split(";")}:
             cuda_flags.append("-DQG_HAS_SM90A")  # the wgmma kernels have code (else their launchers refuse)
     return {"sources": sources, "cflags": cflags, "cuda_flags": cuda_flags, "with_cuda": with_cuda,
             "arch_list": arch_list}

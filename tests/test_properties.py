@@ -14,7 +14,7 @@ from quantgemm_kernels import formats as F
 from quantgemm_kernels import reference as R
 from quantgemm_kernels.testing import KERNEL_NMSE
 
-from conftest import HAS_CUDA, runs_here
+from conftest import runs_here
 from ggml_ref import ggml_quantize, gguf_quantize
 from test_formats import _zero_block_d_sign
 

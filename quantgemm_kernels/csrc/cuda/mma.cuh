@@ -95,10 +95,10 @@ inline void mma_launch_slices(const GemmProblem& p, const int8_t* aq, const floa
         launch(aq + (int64_t)n0 * p.K, ads + (int64_t)n0 * nb, p.C + (int64_t)n0 * p.M, std::min(MAX_N, p.N - n0));
 }
 
-// ---- Staging of the tiled tensor-core steps (the copies: q4_0_q8_1_mma.cu; the unpacking: also wgmma): a K step
-// of KB blocks per weight row, copied with cp.async by PARTS threads per row (a part of KB / PARTS
-// blocks each) into a raw buffer [PARTS][CHUNKS][BM] (a warp's 32 copies: 32 rows, distinct banks),
-// then unpacked by the thread that copied it (no barrier between its copy and its read).
+// ---- Weight staging of the tiled tensor-core steps (q4_0_q8_1_mma.cu, q4_0_q8_1_wgmma.cu): a K step
+// of KB blocks per weight row lands in shared memory as stored (mma: cp.async by the PARTS threads
+// of a row into [PARTS][CHUNKS][BM]; wgmma: one TMA box [BM][KB * B]) and each of the PARTS threads
+// unpacks its part of the row (KB / PARTS blocks), reading it through a chunk accessor.
 //
 // Part p of a row holds blocks p BPP .. (p + 1) BPP - 1: bytes [p BPP B, (p + 1) BPP B) of the step,
 // as the 16-byte chunks that cover them.
@@ -114,16 +114,6 @@ struct RawPart {
     static_assert(chunks(1) == CHUNKS && chunks(PARTS - 1) == CHUNKS, "every part copies as many chunks");
     static_assert(KB * B % 16 == 0, "a K step of a row is whole 16-byte chunks");
 };
-
-// Row r's part `part` of K step s: CHUNKS cp.async of 16 B (rows must start 16-byte aligned: nb % KB == 0).
-template <class WF, int KB, int PARTS, int BM>
-__device__ __forceinline__ void mma_copy_weights(uint4 (*raw)[RawPart<WF, KB, PARTS>::CHUNKS][BM],
-                                                 const typename WF::block* wrow, int r, int part, int s) {
-    using RP = RawPart<WF, KB, PARTS>;
-    const int4* src = (const int4*)(wrow + s * KB) + RP::first_chunk(part);
-#pragma unroll
-    for (int c = 0; c < RP::CHUNKS; c++) cp_async16(&raw[part][c][r], src + c);
-}
 
 // Part PART of a row, copied as RawPart chunks (chunk(PART, c): its c-th 16 bytes): store(b, d, q)
 // for each of its blocks (b: block in the step, d: scale, q: quant words). After unrolling every
@@ -168,37 +158,6 @@ __device__ __forceinline__ void mma_unpack_weights(Chunk chunk, const typename W
         for (int j = 0; j < WF::qs_words; j++) q[j] = kb < nb ? (uint32_t)load_int_b2(wrow[kb].qs, j) : 0u;
         store(b, kb < nb ? scale_to_float(wrow[kb].d) : 0.0f, q);
     }
-}
-
-// BN tokens x 16 chunks of 16 B (a K step of 8 blocks) of activation quants: thread tid copies chunk
-// tid % 16 of tokens tid / 16 + 16 k to dst(token, chunk); tokens past N repeat the last, blocks
-// past nb are zeros.
-template <int THREADS, int BN, class Dst>
-__device__ __forceinline__ void mma_copy_act_quants(const int8_t* aq, int s, int nb, int K, int n0, int N, int tid,
-                                                    Dst dst) {
-    const int kb0 = s * 8, j = tid % 16;
-    const bool valid = kb0 + j / 2 < nb;
-    const int8_t* src = aq + (int64_t)kb0 * QK + 16 * j;
-#pragma unroll
-    for (int k = 0; k < BN * 16 / THREADS; k++) {
-        const int r = tid / 16 + (THREADS / 16) * k;
-        cp_async16_zfill(dst(r, j), src + (int64_t)min(n0 + r, N - 1) * K, valid);
-    }
-}
-
-// BN tokens x KB scales d (4 B of each (d, c) pair) into ad [block][pitch], then commits the group.
-template <int THREADS, int BN, int KB>
-__device__ __forceinline__ void mma_copy_act_scales(float* ad, int pitch, const float2* ads, int s, int nb, int n0,
-                                                    int N, int tid) {
-    const int b = tid % KB;
-    const bool valid = s * KB + b < nb;
-    const float* src = (const float*)(ads + (valid ? s * KB + b : 0));
-#pragma unroll
-    for (int k = 0; k < BN * KB / THREADS; k++) {
-        const int r = tid / KB + (THREADS / KB) * k;
-        cp_async4_zfill(&ad[b * pitch + r], src + 2 * (int64_t)min(n0 + r, N - 1) * nb, valid);
-    }
-    cp_async_commit();
 }
 
 // d_a * sumi from the mma's result bits D = float(MMA_MAGIC_F + sumi) and the pair (d_a, c), one rounding.

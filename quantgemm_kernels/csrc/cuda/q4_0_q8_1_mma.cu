@@ -48,7 +48,7 @@ constexpr int AD_PITCH = BN + 4;   // floats per block row of activation scales;
 constexpr int ROW = KB * QK + 16;  // bytes per row of int8 values; +16: the 8 rows of an ldmatrix hit 8 bank groups
 
 template <class WF>
-using Raw = RawPart<WF, KB, PARTS>;  // mma.cuh: the staging this step shares with wgmma
+using Raw = RawPart<WF, KB, PARTS>;  // mma.cuh: the raw layout and unpacking this step shares with wgmma
 
 template <class WF, bool KEEP_PACKED>
 struct Tile {  // one K step in shared memory
@@ -106,13 +106,31 @@ mma_kernel(const int8_t* __restrict__ aq, const float2* __restrict__ ads, const 
     const int wr = tid % BM, wp = tid / BM;
     const typename WF::block* wrow = W + (int64_t)min(m0 + wr, M - 1) * nb;  // rows past M repeat the last
     auto copy_weights = [&](int s) {
-        if (aligned) mma_copy_weights<WF, KB, PARTS, BM>(raw, wrow, wr, wp, s);
+        if (!aligned) return;
+        const int4* src = (const int4*)(wrow + s * KB) + RP::first_chunk(wp);
+#pragma unroll
+        for (int c = 0; c < RP::CHUNKS; c++) cp_async16(&raw[wp][c][wr], src + c);
     };
-    auto copy_quants = [&](Tile<WF, P>& tile, int s) {
-        mma_copy_act_quants<THREADS, BN>(aq, s, nb, K, n0, N, tid, [&](int r, int j) { return &tile.a[r][16 * j]; });
+    auto copy_quants = [&](Tile<WF, P>& tile, int s) {  // BN rows x 16 chunks: chunk tid % 16 of rows tid / 16 + 16 k
+        const int kb0 = s * KB, j = tid % 16;
+        const bool valid = kb0 + j / 2 < nb;
+        const int8_t* src = aq + (int64_t)kb0 * QK + 16 * j;
+#pragma unroll
+        for (int k = 0; k < BN * 16 / THREADS; k++) {
+            const int r = tid / 16 + (THREADS / 16) * k;
+            cp_async16_zfill(&tile.a[r][16 * j], src + (int64_t)min(n0 + r, N - 1) * K, valid);
+        }
     };
-    auto copy_scales = [&](Tile<WF, P>& tile, int s) {
-        mma_copy_act_scales<THREADS, BN, KB>(&tile.ad[0][0], AD_PITCH, ads, s, nb, n0, N, tid);
+    auto copy_scales = [&](Tile<WF, P>& tile, int s) {  // BN rows x KB scales d (4 B of each pair), into [block][token]
+        const int b = tid % KB;
+        const bool valid = s * KB + b < nb;
+        const float* src = (const float*)(ads + (valid ? s * KB + b : 0));
+#pragma unroll
+        for (int k = 0; k < BN * KB / THREADS; k++) {
+            const int r = tid / KB + (THREADS / KB) * k;
+            cp_async4_zfill(&tile.ad[b][r], src + 2 * (int64_t)min(n0 + r, N - 1) * nb, valid);
+        }
+        cp_async_commit();
     };
     auto unpack_step = [&](Tile<WF, P>& tile, int s) {  // this thread's part row, after its copies landed
         mma_unpack_weights<WF, KB, PARTS>([&](int part, int c) { return raw[part][c][wr]; }, wrow, wp, s, nb, aligned,
