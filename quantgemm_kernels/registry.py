@@ -91,6 +91,9 @@ _CUDA = [
     Kernel("cuda_q4_0_q8_1_wgmma", "cuda", "q4_0", "q8_1", 6,
            "Hopper wgmma from shared memory, scaling overlapped with the next block, offset added by the tensor cores",
            fused_quant=True, min_sm=(9, 0), max_sm=(9, 0), q4_0_formula="signed"),
+    Kernel("cuda_q4_0_q8_1_wgmma_ws", "cuda", "q4_0", "q8_1", 6,
+           "the wgmma step with a producer warpgroup (copies, unpacking) and two consumer warpgroups, mbarriers",
+           fused_quant=True, min_sm=(9, 0), max_sm=(9, 0), q4_0_formula="signed"),
     Kernel("cuda_q8_0_q8_1_decode", "cuda", "q8_0", "q8_1", 6,
            "decode: activations quantized once, copied by every CTA (PDL)", fused_quant=True, min_sm=(8, 0)),
     Kernel("cuda_q8_0_q8_1_mma", "cuda", "q8_0", "q8_1", 6,
@@ -98,6 +101,9 @@ _CUDA = [
            min_sm=(8, 0)),
     Kernel("cuda_q8_0_q8_1_wgmma", "cuda", "q8_0", "q8_1", 6,
            "Hopper wgmma from shared memory, scaling overlapped with the next block, offset added by the tensor cores",
+           fused_quant=True, min_sm=(9, 0), max_sm=(9, 0)),
+    Kernel("cuda_q8_0_q8_1_wgmma_ws", "cuda", "q8_0", "q8_1", 6,
+           "the wgmma step with a producer warpgroup (copies, unpacking) and two consumer warpgroups, mbarriers",
            fused_quant=True, min_sm=(9, 0), max_sm=(9, 0)),
 ]
 

@@ -2,6 +2,8 @@
 shapes and awkward values like every other kernel): the code paths only bigger shapes reach
 (several CTA tiles, K chunks, passes over N), and what fusing the activation quantization changes
 (float32 in, NaN out for non-finite activations instead of an error)."""
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -80,7 +82,7 @@ WGMMA = [k for k in qk.KERNELS.values() if "wgmma" in k.name]
 @pytest.mark.parametrize("M,N,K", [(300, 261, 512), (130, 300, 1056), (129, 1, 4096), (33, 17, 21760)],
                          ids=lambda v: str(v))
 def test_wgmma_equals_mma_bit_for_bit(kernel, dist, M, N, K):
-    """The wgmma step computes every product and rounding of the mma step (the offset 2^19 and the
+    """The wgmma steps compute every product and rounding of the mma step (the offset 2^19 and the
     scaled constants only move the exponent, see q4_0_q8_1_wgmma.cu), so the outputs are identical."""
     from quantgemm_kernels.testing import kernel_inputs
 
@@ -88,7 +90,7 @@ def test_wgmma_equals_mma_bit_for_bit(kernel, dist, M, N, K):
     A, W = kernel_inputs(k, M, N, K, dist, seed=M + K)
     At, Wq = torch.from_numpy(A).cuda(), qk.quantize(torch.from_numpy(W).cuda(), k.wfmt)
     C = qk.gemm(At, Wq, kernel)
-    C_mma = qk.gemm(At, Wq, kernel.replace("wgmma", "mma"))
+    C_mma = qk.gemm(At, Wq, re.sub(r"wgmma.*", "mma", kernel))
     assert torch.equal(C, C_mma), f"{(C != C_mma).sum().item()} of {C.numel()} outputs differ"
 
 

@@ -94,5 +94,6 @@ template <class WF, bool FUSED> void gemm_q8_1_decode(const GemmProblem& p, cuda
 // KEEP_PACKED (Q4_0 only): weights stay packed in shared memory, unpacked at every fragment read.
 template <class WF, bool KEEP_PACKED> void gemm_q8_1_mma(const GemmProblem& p, cudaStream_t stream);
 template <class WF> void gemm_q8_1_wgmma(const GemmProblem& p, cudaStream_t stream);
+template <class WF> void gemm_q8_1_wgmma_ws(const GemmProblem& p, cudaStream_t stream);
 
 }  // namespace gpu

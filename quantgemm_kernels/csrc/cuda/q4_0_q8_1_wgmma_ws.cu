@@ -1,0 +1,175 @@
+// cuda/q4_0_q8_1_wgmma_ws.cu (chapter 6): the wgmma step with specialized warpgroups, fourth step.
+//
+// The third step (q4_0_q8_1_wgmma.cu) runs every K step of 8 blocks in lockstep: all 256 threads
+// wait for the copies, unpack Q4_0 into the other stage, fence, and meet at __syncthreads; the
+// wgmma pipeline drains there (the last block of a step is scaled with no wgmma running) and fills
+// again (the first block's wgmma runs with no scaling beside it). Nsight Compute put the barrier
+// stalls at a quarter of the samples, with 2 warps per scheduler to hide them.
+//
+// Here the jobs go to different warps, as in CUTLASS's and FlashAttention-3's Hopper kernels:
+//  * a producer warpgroup (warps 8-11) starts each K step's copies on the TMA engine (one thread),
+//    waits for them, unpacks the weights into the stage (each thread one row of 8 blocks), fences
+//    (fence.proxy.async: the tensor cores read what st.shared wrote) and arrives on the stage's
+//    `full` barrier;
+//  * two consumer warpgroups (64 tokens each) only wait for `full`, issue wgmma and scale; each of
+//    their 8 warps arrives on the stage's `empty` barrier after its last read of it, and the
+//    producer waits for `empty` before it refills the stage.
+// The producer's unpacking and copies now overlap the consumers' wgmmas and scaling from other warps,
+// and the two consumer warpgroups no longer meet: each waits only for its data.
+//
+// Registers: the consumers hold 64 accumulators and two sets of 64 wgmma results; the producer
+// needs few. The CTA gets 168 per thread at launch (384 threads); setmaxnreg moves them: the
+// producer gives back to 40, the consumers take 232 (40 x 128 + 232 x 256 = 168 x 384).
+// Shared memory: two stages of 8 blocks (activations, weights as int8, scales) plus two raw weight
+// steps as stored: 197.5 KB for Q4_0, 225 KB for Q8_0.
+//
+// The arithmetic, and so every output bit, is the third step's (a test checks it against the mma step).
+#include "wgmma.cuh"
+
+namespace gpu {
+namespace {
+using namespace wg;
+constexpr int CONSUMERS = 256;              // warpgroups 0 and 1: tokens 0..63, 64..127
+constexpr int THREADS = CONSUMERS + 128;    // warpgroup 2: the producer
+constexpr int STAGES = 2;
+constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
+static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * CONSUMERS <= 65536 / THREADS / 8 * 8 * THREADS,
+              "setmaxnreg can only move the registers the CTA got at launch");
+constexpr int PARTS = 2;                    // the producer thread of a row unpacks it in 2 parts of 4 blocks
+
+template <class WF>
+using Raw = RawPart<WF, KB, PARTS>;
+
+template <class WF>
+struct Smem {
+    static constexpr int RAW_ROW = KB * Raw<WF>::B;  // bytes of a row's K step as stored (144 or 272)
+    Stage st[STAGES];
+    uint8_t raw[STAGES][BM][RAW_ROW];                // the weights' K step, as the TMA box wrote it
+    uint8_t ones[BM * QK];                           // -128 everywhere: the offset's wgmma
+    uint64_t tma[STAGES], full[STAGES], empty[STAGES];
+};
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+template <int REGS>
+__device__ __forceinline__ void set_max_regs_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(REGS)); }
+template <int REGS>
+__device__ __forceinline__ void set_max_regs_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REGS)); }
+#endif
+
+template <class WF>
+__global__ void __launch_bounds__(THREADS, 1)
+wgmma_ws_kernel(const uint8_t* __restrict__ ws, const __grid_constant__ CUtensorMap wmap,
+                const typename WF::block* __restrict__ W, float* __restrict__ C, int N, int M, int K) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ __align__(1024) int4 smem_raw[];
+    Smem<WF>& sm = *(Smem<WF>*)smem_raw;
+    const int nb = K / QK;
+    const int steps = (nb + KB - 1) / KB;
+    const bool aligned = nb % KB == 0;  // rows' K steps start 16-byte aligned: TMA box, else 16-bit loads
+    const int m0 = blockIdx.x * BM;
+    const int tid = threadIdx.x;
+
+    for (int i = tid; i < BM * QK / 16; i += THREADS)
+        ((uint4*)sm.ones)[i] = make_uint4(0x80808080u, 0x80808080u, 0x80808080u, 0x80808080u);
+    if (tid == 0)
+        for (int i = 0; i < STAGES; i++) {
+            bar_init(&sm.tma[i], 1);           // the producer's expect_tx, then the copies' bytes
+            bar_init(&sm.full[i], 128);        // every producer thread, after its row
+            bar_init(&sm.empty[i], CONSUMERS / 32);  // every consumer warp, after its last read
+        }
+    fence_proxy_async();  // the barriers' init, the ones: seen by the async proxy
+    __syncthreads();
+
+    if (tid >= CONSUMERS) {  // ---- producer warpgroup
+        set_max_regs_dec<PRODUCER_REGS>();
+        const int r = tid - CONSUMERS;  // this thread's weight row
+        const typename WF::block* wrow = W + (int64_t)min(m0 + r, M - 1) * nb;  // rows past M repeat the last
+        const uint8_t* units = ws + (int64_t)blockIdx.y * steps * QG_WGMMA_UNIT_BYTES;
+        for (int s = 0; s < steps; s++) {
+            const int i = s % STAGES, round = s / STAGES;
+            Stage& st = sm.st[i];
+            if (s >= STAGES) bar_wait(&sm.empty[i], (round - 1) & 1);  // the consumers are done with step s - STAGES
+            if (r == 0) {
+                bar_expect(&sm.tma[i], QG_WGMMA_UNIT_BYTES + (aligned ? BM * Smem<WF>::RAW_ROW : 0));
+                bulk_copy(&st.a[0][0], units + (int64_t)s * QG_WGMMA_UNIT_BYTES, QG_WGMMA_UNIT_BYTES, &sm.tma[i]);
+                if (aligned) tma_copy_2d(&sm.raw[i][0][0], &wmap, s * Smem<WF>::RAW_ROW / 2, m0, &sm.tma[i]);
+            }
+            bar_wait(&sm.tma[i], round & 1);
+            auto chunk = [&](int part, int c) { return ((const uint4*)&sm.raw[i][r][0])[Raw<WF>::first_chunk(part) + c]; };
+            auto store = [&](int b, float d, const uint32_t* q) { store_block<WF>(st, r, b, d, q); };
+            for (int part = 0; part < PARTS; part++)
+                mma_unpack_weights<WF, KB, PARTS>(chunk, wrow, part, s, nb, aligned, store);
+            fence_proxy_async();
+            bar_arrive(&sm.full[i]);
+        }
+        return;
+    }
+
+    // ---- consumer warpgroups
+    set_max_regs_inc<CONSUMER_REGS>();
+    const int lane = tid % 32, warp = tid / 32;
+    const int g = lane / 4, t = lane % 4;
+    const int wg = warp / 4;                        // warpgroup: tokens 64 wg ..
+    const int tok = 64 * wg + 16 * (warp % 4) + g;  // this thread's tokens: tok and tok + 8
+    const uint64_t ones_desc = smem_desc(sm.ones);
+    float acc[64] = {};
+#ifndef QG_WGMMA_WS_SETS
+#define QG_WGMMA_WS_SETS 1
+#endif
+    // Accumulator sets: 2 would let block b's wgmma run while block b - 1 is scaled, but within the
+    // consumers' 232 registers ptxas then spills in the loop; with 1, the other warpgroup's wgmma
+    // runs while this one scales. -DQG_WGMMA_WS_SETS=2 in QUANTGEMM_NVCC_FLAGS builds the other.
+    constexpr int SETS = QG_WGMMA_WS_SETS;
+    int D[SETS][64];
+
+    // With two sets, block b's wgmma runs while block b - 1 is scaled, and the pipeline drains at the
+    // end of each K step: ptxas keeps wgmmas asynchronous only while no wgmma whose results are read by other
+    // instructions is in flight across a loop's back edge (else it serializes them all, warning C7514).
+    for (int s = 0; s < steps; s++) {
+        const int i = s % STAGES;
+        const Stage& cur = sm.st[i];
+        bar_wait(&sm.full[i], (s / STAGES) & 1);
+#pragma unroll
+        for (int b = 0; b < KB; b++) {
+            wgmma_fence();  // earlier reads of this set come first
+            wgmma_s8<0>(D[b % SETS], ones_desc, ones_desc);  // 2^19 everywhere
+            wgmma_s8<1>(D[b % SETS], smem_desc(&cur.a[b][64 * wg * QK]), smem_desc(&cur.w[b][0]));
+            wgmma_commit();
+            if (SETS == 1) {
+                wgmma_wait<0>();
+                fence_regs(D[0]);
+                scale_block(acc, cur, b, D[0], t, tok);
+            } else if (b > 0) {  // block b - 1 is done once at most one group (block b) is pending
+                wgmma_wait<SETS - 1>();
+                fence_regs(D[(b - 1) % SETS]);
+                scale_block(acc, cur, b - 1, D[(b - 1) % SETS], t, tok);
+            }
+        }
+        if (SETS > 1) {
+            wgmma_wait<0>();
+            fence_regs(D[(KB - 1) % SETS]);
+            scale_block(acc, cur, KB - 1, D[(KB - 1) % SETS], t, tok);
+        }
+        __syncwarp();
+        if (lane == 0) bar_arrive(&sm.empty[i]);  // this warp's last read of the stage
+    }
+    store_acc(C, acc, blockIdx.y * BN, m0, tok, t, N, M);
+#endif
+}
+}  // namespace
+
+template <class WF>
+void gemm_q8_1_wgmma_ws(const GemmProblem& p, cudaStream_t stream) {
+    const size_t smem = sizeof(Smem<WF>);
+    cudaFuncSetAttribute(wgmma_ws_kernel<WF>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    wgmma_prepare_and_launch<WF>(p, stream, [&](dim3 grid, const uint8_t* ws, const CUtensorMap& wmap, float* C, int N) {
+        wgmma_ws_kernel<WF><<<grid, THREADS, smem, stream>>>(ws, wmap, (const typename WF::block*)p.W, C, N, p.M, p.K);
+    });
+}
+
+template void gemm_q8_1_wgmma_ws<w_q4_0>(const GemmProblem&, cudaStream_t);
+template void gemm_q8_1_wgmma_ws<w_q8_0>(const GemmProblem&, cudaStream_t);
+
+}  // namespace gpu
+
+void cuda_q4_0_q8_1_wgmma_ws(const GemmProblem& p, cudaStream_t stream) { gpu::gemm_q8_1_wgmma_ws<gpu::w_q4_0>(p, stream); }
