@@ -139,6 +139,14 @@ __device__ __forceinline__ void mma_unpack_part(Chunk& chunk, Store& store) {
     }
 }
 
+// The same for a part known at run time only (one case per part, each with constant offsets).
+template <class WF, int KB, int PARTS, int P, class Chunk, class Store>
+__device__ __forceinline__ void mma_unpack_part_of(int part, Chunk& chunk, Store& store) {
+    if constexpr (P + 1 == PARTS) mma_unpack_part<WF, KB, PARTS, P>(chunk, store);
+    else if (part == P) mma_unpack_part<WF, KB, PARTS, P>(chunk, store);
+    else mma_unpack_part_of<WF, KB, PARTS, P + 1>(part, chunk, store);
+}
+
 // This thread's part of row wrow for K step s, after its copies landed (aligned) or, when rows are not
 // 16-byte aligned (nb % KB != 0), straight from the blocks with 16-bit loads (correct, slower),
 // blocks past the last as zeros.
@@ -147,9 +155,7 @@ __device__ __forceinline__ void mma_unpack_weights(Chunk chunk, const typename W
                                                    int nb, bool aligned, Store store) {
     using RP = RawPart<WF, KB, PARTS>;
     if (aligned) {
-        static_assert(PARTS == 2, "one case per part");
-        if (part == 0) mma_unpack_part<WF, KB, PARTS, 0>(chunk, store);
-        else mma_unpack_part<WF, KB, PARTS, 1>(chunk, store);
+        mma_unpack_part_of<WF, KB, PARTS, 0>(part, chunk, store);
         return;
     }
     for (int i = 0; i < RP::BPP; i++) {

@@ -35,7 +35,7 @@ constexpr int STAGES = 2;
 constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
 static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * CONSUMERS <= 65536 / THREADS / 8 * 8 * THREADS,
               "setmaxnreg can only move the registers the CTA got at launch");
-constexpr int PARTS = 2;                    // the producer thread of a row unpacks it in 2 parts of 4 blocks
+constexpr int PARTS = 4;                    // the producer thread of a row unpacks it in 4 parts of 2 blocks
 
 template <class WF>
 using Raw = RawPart<WF, KB, PARTS>;
@@ -113,43 +113,54 @@ wgmma_ws_kernel(const uint8_t* __restrict__ ws, const __grid_constant__ CUtensor
     const int tok = 64 * wg + 16 * (warp % 4) + g;  // this thread's tokens: tok and tok + 8
     const uint64_t ones_desc = smem_desc(sm.ones);
     float acc[64] = {};
-#ifndef QG_WGMMA_WS_SETS
-#define QG_WGMMA_WS_SETS 1
+#ifndef QG_WGMMA_WS_HALVES
+#define QG_WGMMA_WS_HALVES 2
 #endif
-    // Accumulator sets: 2 would let block b's wgmma run while block b - 1 is scaled, but within the
-    // consumers' 232 registers ptxas then spills in the loop; with 1, the other warpgroup's wgmma
-    // runs while this one scales. -DQG_WGMMA_WS_SETS=2 in QUANTGEMM_NVCC_FLAGS builds the other.
-    constexpr int SETS = QG_WGMMA_WS_SETS;
-    int D[SETS][64];
+    // A block's 128 weight rows as HALVES wgmmas. 1: one m64n128k32, waited for before its scaling
+    // (the other warpgroup's wgmma runs meanwhile). 2: two m64n64k32 in two sets of 32 registers,
+    // so that one half is scaled while the next runs, in the registers that one m64n128 set takes
+    // (two m64n128 sets make ptxas spill in the loop within the consumers' 232 registers).
+    // -DQG_WGMMA_WS_HALVES=1 in QUANTGEMM_NVCC_FLAGS builds the other. In both, a piece's scales are
+    // loaded before the wait for its wgmma.
+    constexpr int HALVES = QG_WGMMA_WS_HALVES, NJ = 16 / HALVES, PIECES = KB * HALVES;
+    int D[HALVES][4 * NJ];
+    auto issue = [&](const Stage& cur, int p) {  // piece p: block p / HALVES, rows 64 (p % HALVES) ..
+        const int b = p / HALVES, h = p % HALVES;
+        wgmma_fence();  // earlier reads of this set come first
+        wgmma_s8<0>(D[h], ones_desc, ones_desc);  // 2^19 everywhere
+        wgmma_s8<1>(D[h], smem_desc(&cur.a[b][64 * wg * QK]), smem_desc(&cur.w[b][core_offset(64 * h, 0)]));
+        wgmma_commit();
+    };
+    // Piece P of block b, once wait() says its wgmma is done.
+    auto scale = [&](const Stage& cur, int b, auto piece, auto wait) {
+        constexpr int h = decltype(piece)::value;
+        const auto sc = load_scales<h * NJ, NJ>(cur, b, t, tok);
+        wait();
+        fence_regs(D[h]);
+        apply_scales<h * NJ, NJ>(acc, D[h], sc);
+    };
 
-    // With two sets, block b's wgmma runs while block b - 1 is scaled, and the pipeline drains at the
-    // end of each K step: ptxas keeps wgmmas asynchronous only while no wgmma whose results are read by other
-    // instructions is in flight across a loop's back edge (else it serializes them all, warning C7514).
+    // With two halves, piece p's wgmma runs while piece p - 1 is scaled, and the pipeline drains at
+    // the end of each K step: ptxas keeps wgmmas asynchronous only while no wgmma whose results are
+    // read by other instructions is in flight across a loop's back edge (else it serializes them
+    // all, warning C7514).
     for (int s = 0; s < steps; s++) {
         const int i = s % STAGES;
         const Stage& cur = sm.st[i];
         bar_wait(&sm.full[i], (s / STAGES) & 1);
 #pragma unroll
         for (int b = 0; b < KB; b++) {
-            wgmma_fence();  // earlier reads of this set come first
-            wgmma_s8<0>(D[b % SETS], ones_desc, ones_desc);  // 2^19 everywhere
-            wgmma_s8<1>(D[b % SETS], smem_desc(&cur.a[b][64 * wg * QK]), smem_desc(&cur.w[b][0]));
-            wgmma_commit();
-            if (SETS == 1) {
-                wgmma_wait<0>();
-                fence_regs(D[0]);
-                scale_block(acc, cur, b, D[0], t, tok);
-            } else if (b > 0) {  // block b - 1 is done once at most one group (block b) is pending
-                wgmma_wait<SETS - 1>();
-                fence_regs(D[(b - 1) % SETS]);
-                scale_block(acc, cur, b - 1, D[(b - 1) % SETS], t, tok);
+            if constexpr (HALVES == 1) {
+                issue(cur, b);
+                scale(cur, b, std::integral_constant<int, 0>{}, [] { wgmma_wait<0>(); });
+            } else {
+                issue(cur, 2 * b);  // then the previous piece: block b - 1's second half
+                if (b > 0) scale(cur, b - 1, std::integral_constant<int, 1>{}, [] { wgmma_wait<1>(); });
+                issue(cur, 2 * b + 1);
+                scale(cur, b, std::integral_constant<int, 0>{}, [] { wgmma_wait<1>(); });
             }
         }
-        if (SETS > 1) {
-            wgmma_wait<0>();
-            fence_regs(D[(KB - 1) % SETS]);
-            scale_block(acc, cur, KB - 1, D[(KB - 1) % SETS], t, tok);
-        }
+        if (HALVES > 1) scale(cur, KB - 1, std::integral_constant<int, 1>{}, [] { wgmma_wait<0>(); });
         __syncwarp();
         if (lane == 0) bar_arrive(&sm.empty[i]);  // this warp's last read of the stage
     }

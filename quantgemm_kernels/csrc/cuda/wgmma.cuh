@@ -111,10 +111,27 @@ __device__ __forceinline__ void wgmma_s8(int (&d)[64], uint64_t a, uint64_t b) {
         : "l"(a), "l"(b), "n"(SCALE_D));
 }
 
+// The same with N = 64 (32 registers): B is 64 weight rows.
+template <int SCALE_D>
+__device__ __forceinline__ void wgmma_s8(int (&d)[32], uint64_t a, uint64_t b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "%32, %33, p;\n}\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]),
+          "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]),
+          "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]),
+          "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31])
+        : "l"(a), "l"(b), "n"(SCALE_D));
+}
+
 // After wgmma_wait: the compiler must not read d before the wait (it does not know the asm wrote it).
-__device__ __forceinline__ void fence_regs(int (&d)[64]) {
+template <int R>
+__device__ __forceinline__ void fence_regs(int (&d)[R]) {
 #pragma unroll
-    for (int i = 0; i < 64; i++) asm volatile("" : "+r"(d[i])::"memory");
+    for (int i = 0; i < R; i++) asm volatile("" : "+r"(d[i])::"memory");
 }
 
 // Bulk copies (the TMA engine, no per-thread copy instructions in the loop): `bytes` (a multiple of
@@ -170,21 +187,39 @@ __device__ __forceinline__ void store_block(Stage& st, int r, int b, float d, co
 
 // acc += the scales of block b x d (a warpgroup's wgmma result read as subnormals): x = d_a sumi
 // 2^-85 per token, then d_w x. Lane (g, t) of warp w holds tokens tok = 16 (w % 4) + g (+8) of its
-// warpgroup's 64 (tok here counts from the CTA's first token) and weight rows 8j + 2t (+1).
+// warpgroup's 64 (tok here counts from the CTA's first token) and weight rows 8j + 2t (+1); a
+// wgmma of N = 8 NJ columns (weight rows 8 J0 ..) gives it d[4j + q] for rows 8 (J0 + j) + 2t + (q & 1)
+// and token tok + 8 (q >> 1). The scales are loaded first (load_scales), so that a kernel can read
+// them before it waits for the wgmma.
+template <int NJ>
+struct Scales {
+    float dw[2 * NJ];  // the weight rows' d_w 2^85
+    float2 da0, da1;   // (d_a 2^64, c) of the 2 tokens
+};
+template <int J0, int NJ>
+__device__ __forceinline__ Scales<NJ> load_scales(const Stage& cur, int b, int t, int tok) {
+    Scales<NJ> sc;
+#pragma unroll
+    for (int i = 0; i < NJ / 2; i++) *(float4*)&sc.dw[4 * i] = *(const float4*)&cur.wd[b][t * WD_T + 2 * J0 + 4 * i];
+    sc.da0 = cur.ad[b][tok];
+    sc.da1 = cur.ad[b][tok + 8];
+    return sc;
+}
+template <int J0, int NJ>
+__device__ __forceinline__ void apply_scales(float (&acc)[64], const int (&d)[4 * NJ], const Scales<NJ>& sc) {
+#pragma unroll
+    for (int j = 0; j < NJ; j++)
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            const float2 da = q < 2 ? sc.da0 : sc.da1;
+            const float x = fma_rn(da.x, __int_as_float(d[4 * j + q]), da.y);  // d_a sumi 2^-85
+            acc[4 * (J0 + j) + q] = fma_rn(sc.dw[2 * j + (q & 1)], x, acc[4 * (J0 + j) + q]);
+        }
+}
+// The whole block of an m64n128 wgmma.
 __device__ __forceinline__ void scale_block(float (&acc)[64], const Stage& cur, int b, const int (&d)[64], int t,
                                             int tok) {
-    float dw[32];  // the 32 weight rows of this thread, (d_a 2^64, c) of its 2 tokens
-#pragma unroll
-    for (int i = 0; i < 8; i++) *(float4*)&dw[4 * i] = *(const float4*)&cur.wd[b][t * WD_T + 4 * i];
-    const float2 da0 = cur.ad[b][tok], da1 = cur.ad[b][tok + 8];
-#pragma unroll
-    for (int j = 0; j < 16; j++)
-#pragma unroll
-        for (int q = 0; q < 4; q++) {  // d[4j + q]: token tok (+8 for q >= 2), row 8j + 2t (+1 for odd q)
-            const float2 da = q < 2 ? da0 : da1;
-            const float x = fma_rn(da.x, __int_as_float(d[4 * j + q]), da.y);  // d_a sumi 2^-85
-            acc[4 * j + q] = fma_rn(dw[2 * j + (q & 1)], x, acc[4 * j + q]);
-        }
+    apply_scales<0, 16>(acc, d, load_scales<0, 16>(cur, b, t, tok));
 }
 
 // acc[4j + q]: token n0 + tok (+8), weight row m0 + 8j + 2t (+1): rows 2t, 2t + 1 are adjacent in C [N, M].
