@@ -35,10 +35,16 @@ constexpr int STAGES = 2;
 constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
 static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * CONSUMERS <= 65536 / THREADS / 8 * 8 * THREADS,
               "setmaxnreg can only move the registers the CTA got at launch");
-constexpr int PARTS = 4;                    // the producer thread of a row unpacks it in 4 parts of 2 blocks
+#ifndef QG_WGMMA_WS_PARTS
+#define QG_WGMMA_WS_PARTS 2
+#endif
+// The producer thread of a row unpacks a K step in PARTS parts (fewer live registers per part:
+// Q8_0's 4 blocks of 34 bytes would not fit the producer's 40 registers).
+template <class WF>
+constexpr int PARTS = sizeof(typename WF::block) > 18 ? 4 : QG_WGMMA_WS_PARTS;
 
 template <class WF>
-using Raw = RawPart<WF, KB, PARTS>;
+using Raw = RawPart<WF, KB, PARTS<WF>>;
 
 template <class WF>
 struct Smem {
@@ -46,7 +52,9 @@ struct Smem {
     Stage st[STAGES];
     uint8_t raw[STAGES][BM][RAW_ROW];                // the weights' K step, as the TMA box wrote it
     uint8_t ones[BM * QK];                           // -128 everywhere: the offset's wgmma
-    uint64_t tma[STAGES], full[STAGES], empty[STAGES];
+    // acts: the stage's activation copy landed; raw: the raw weights of a step landed (counted in
+    // bytes); full: the producer unpacked the stage's weights; empty: the consumers are done with it
+    uint64_t acts[STAGES], raw_in[STAGES], full[STAGES], empty[STAGES];
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -73,7 +81,8 @@ wgmma_ws_kernel(const uint8_t* __restrict__ ws, const __grid_constant__ CUtensor
         ((uint4*)sm.ones)[i] = make_uint4(0x80808080u, 0x80808080u, 0x80808080u, 0x80808080u);
     if (tid == 0)
         for (int i = 0; i < STAGES; i++) {
-            bar_init(&sm.tma[i], 1);           // the producer's expect_tx, then the copies' bytes
+            bar_init(&sm.acts[i], 1);          // the producer's expect_tx, then the copy's bytes
+            bar_init(&sm.raw_in[i], 1);
             bar_init(&sm.full[i], 128);        // every producer thread, after its row
             bar_init(&sm.empty[i], CONSUMERS / 32);  // every consumer warp, after its last read
         }
@@ -85,22 +94,34 @@ wgmma_ws_kernel(const uint8_t* __restrict__ ws, const __grid_constant__ CUtensor
         const int r = tid - CONSUMERS;  // this thread's weight row
         const typename WF::block* wrow = W + (int64_t)min(m0 + r, M - 1) * nb;  // rows past M repeat the last
         const uint8_t* units = ws + (int64_t)blockIdx.y * steps * QG_WGMMA_UNIT_BYTES;
+        // The raw weights of step s + 1 are copied while step s is unpacked (their buffer's last
+        // reader, the unpacking of step s - 1, is done: named barrier 1 of the producer's 128
+        // threads); the activations go straight into the stage, once the consumers have freed it,
+        // and the consumers wait for them themselves.
+        auto copy_raw = [&](int s) {
+            const int i = s % STAGES;
+            bar_expect(&sm.raw_in[i], BM * Smem<WF>::RAW_ROW);
+            tma_copy_2d(&sm.raw[i][0][0], &wmap, s * Smem<WF>::RAW_ROW / 2, m0, &sm.raw_in[i]);
+        };
+        if (r == 0 && aligned) copy_raw(0);
         for (int s = 0; s < steps; s++) {
             const int i = s % STAGES, round = s / STAGES;
             Stage& st = sm.st[i];
+            if (r == 0 && aligned && s + 1 < steps) copy_raw(s + 1);
             if (s >= STAGES) bar_wait(&sm.empty[i], (round - 1) & 1);  // the consumers are done with step s - STAGES
             if (r == 0) {
-                bar_expect(&sm.tma[i], QG_WGMMA_UNIT_BYTES + (aligned ? BM * Smem<WF>::RAW_ROW : 0));
-                bulk_copy(&st.a[0][0], units + (int64_t)s * QG_WGMMA_UNIT_BYTES, QG_WGMMA_UNIT_BYTES, &sm.tma[i]);
-                if (aligned) tma_copy_2d(&sm.raw[i][0][0], &wmap, s * Smem<WF>::RAW_ROW / 2, m0, &sm.tma[i]);
+                bar_expect(&sm.acts[i], QG_WGMMA_UNIT_BYTES);
+                bulk_copy(&st.a[0][0], units + (int64_t)s * QG_WGMMA_UNIT_BYTES, QG_WGMMA_UNIT_BYTES, &sm.acts[i]);
             }
-            bar_wait(&sm.tma[i], round & 1);
+            if (aligned) bar_wait(&sm.raw_in[i], round & 1);
             auto chunk = [&](int part, int c) { return ((const uint4*)&sm.raw[i][r][0])[Raw<WF>::first_chunk(part) + c]; };
             auto store = [&](int b, float d, const uint32_t* q) { store_block<WF>(st, r, b, d, q); };
-            for (int part = 0; part < PARTS; part++)
-                mma_unpack_weights<WF, KB, PARTS>(chunk, wrow, part, s, nb, aligned, store);
+#pragma unroll
+            for (int part = 0; part < PARTS<WF>; part++)
+                mma_unpack_weights<WF, KB, PARTS<WF>>(chunk, wrow, part, s, nb, aligned, store);
             fence_proxy_async();
             bar_arrive(&sm.full[i]);
+            asm volatile("bar.sync 1, 128;\n" ::: "memory");  // every producer thread is done with raw[i]
         }
         return;
     }
@@ -132,12 +153,21 @@ wgmma_ws_kernel(const uint8_t* __restrict__ ws, const __grid_constant__ CUtensor
         wgmma_commit();
     };
     // Piece P of block b, once wait() says its wgmma is done.
+#ifndef QG_WGMMA_WS_PREFETCH
+#define QG_WGMMA_WS_PREFETCH 0
+#endif
     auto scale = [&](const Stage& cur, int b, auto piece, auto wait) {
         constexpr int h = decltype(piece)::value;
-        const auto sc = load_scales<h * NJ, NJ>(cur, b, t, tok);
-        wait();
-        fence_regs(D[h]);
-        apply_scales<h * NJ, NJ>(acc, D[h], sc);
+        if (QG_WGMMA_WS_PREFETCH) {  // the scales first (ptxas may still sink the loads)
+            const auto sc = load_scales<h * NJ, NJ>(cur, b, t, tok);
+            wait();
+            fence_regs(D[h]);
+            apply_scales<h * NJ, NJ>(acc, D[h], sc);
+        } else {
+            wait();
+            fence_regs(D[h]);
+            apply_scales<h * NJ, NJ>(acc, D[h], load_scales<h * NJ, NJ>(cur, b, t, tok));
+        }
     };
 
     // With two halves, piece p's wgmma runs while piece p - 1 is scaled, and the pipeline drains at
@@ -148,6 +178,7 @@ wgmma_ws_kernel(const uint8_t* __restrict__ ws, const __grid_constant__ CUtensor
         const int i = s % STAGES;
         const Stage& cur = sm.st[i];
         bar_wait(&sm.full[i], (s / STAGES) & 1);
+        bar_wait(&sm.acts[i], (s / STAGES) & 1);
 #pragma unroll
         for (int b = 0; b < KB; b++) {
             if constexpr (HALVES == 1) {
