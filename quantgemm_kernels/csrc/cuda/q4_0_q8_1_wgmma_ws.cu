@@ -134,46 +134,31 @@ wgmma_ws_kernel(const uint8_t* __restrict__ ws, const __grid_constant__ CUtensor
     const int tok = 64 * wg + 16 * (warp % 4) + g;  // this thread's tokens: tok and tok + 8
     const uint64_t ones_desc = smem_desc(sm.ones);
     float acc[64] = {};
-#ifndef QG_WGMMA_WS_HALVES
-#define QG_WGMMA_WS_HALVES 2
+#ifndef QG_WGMMA_WS_SETS
+#define QG_WGMMA_WS_SETS 1
 #endif
-    // A block's 128 weight rows as HALVES wgmmas. 1: one m64n128k32, waited for before its scaling
-    // (the other warpgroup's wgmma runs meanwhile). 2: two m64n64k32 in two sets of 32 registers,
-    // so that one half is scaled while the next runs, in the registers that one m64n128 set takes
-    // (two m64n128 sets make ptxas spill in the loop within the consumers' 232 registers).
-    // -DQG_WGMMA_WS_HALVES=1 in QUANTGEMM_NVCC_FLAGS builds the other. In both, a piece's scales are
-    // loaded before the wait for its wgmma.
-    constexpr int HALVES = QG_WGMMA_WS_HALVES, NJ = 16 / HALVES, PIECES = KB * HALVES;
-    int D[HALVES][4 * NJ];
-    auto issue = [&](const Stage& cur, int p) {  // piece p: block p / HALVES, rows 64 (p % HALVES) ..
-        const int b = p / HALVES, h = p % HALVES;
+    // Accumulator sets. 1: a block's wgmma is waited for before its scaling, and the other
+    // warpgroup's wgmma runs meanwhile. 2: block b's wgmma also runs while block b - 1 is scaled (as
+    // in the third step). -DQG_WGMMA_WS_SETS=2 in QUANTGEMM_NVCC_FLAGS builds the other.
+    // A block is scaled in two halves of its rows (16 weight scales in registers instead of 32).
+    constexpr int SETS = QG_WGMMA_WS_SETS;
+    int D[SETS][64];
+    auto issue = [&](const Stage& cur, int b) {
         wgmma_fence();  // earlier reads of this set come first
-        wgmma_s8<0>(D[h], ones_desc, ones_desc);  // 2^19 everywhere
-        wgmma_s8<1>(D[h], smem_desc(&cur.a[b][64 * wg * QK]), smem_desc(&cur.w[b][core_offset(64 * h, 0)]));
+        wgmma_s8<0>(D[b % SETS], ones_desc, ones_desc);  // 2^19 everywhere
+        wgmma_s8<1>(D[b % SETS], smem_desc(&cur.a[b][64 * wg * QK]), smem_desc(&cur.w[b][0]));
         wgmma_commit();
     };
-    // Piece P of block b, once wait() says its wgmma is done.
-#ifndef QG_WGMMA_WS_PREFETCH
-#define QG_WGMMA_WS_PREFETCH 0
-#endif
-    auto scale = [&](const Stage& cur, int b, auto piece, auto wait) {
-        constexpr int h = decltype(piece)::value;
-        if (QG_WGMMA_WS_PREFETCH) {  // the scales first (ptxas may still sink the loads)
-            const auto sc = load_scales<h * NJ, NJ>(cur, b, t, tok);
-            wait();
-            fence_regs(D[h]);
-            apply_scales<h * NJ, NJ>(acc, D[h], sc);
-        } else {
-            wait();
-            fence_regs(D[h]);
-            apply_scales<h * NJ, NJ>(acc, D[h], load_scales<h * NJ, NJ>(cur, b, t, tok));
-        }
+    auto scale = [&](const Stage& cur, int b) {  // after the wait for block b's wgmma
+        int(&d)[64] = D[b % SETS];
+        fence_regs(d);
+        apply_scales<0, 8>(acc, *(int(*)[32])&d[0], load_scales<0, 8>(cur, b, t, tok));
+        apply_scales<8, 8>(acc, *(int(*)[32])&d[32], load_scales<8, 8>(cur, b, t, tok));
     };
 
-    // With two halves, piece p's wgmma runs while piece p - 1 is scaled, and the pipeline drains at
-    // the end of each K step: ptxas keeps wgmmas asynchronous only while no wgmma whose results are
-    // read by other instructions is in flight across a loop's back edge (else it serializes them
-    // all, warning C7514).
+    // With two sets the pipeline drains at the end of each K step: ptxas keeps wgmmas asynchronous
+    // only while no wgmma whose results are read by other instructions is in flight across a loop's
+    // back edge (else it serializes them all, warning C7514).
     for (int s = 0; s < steps; s++) {
         const int i = s % STAGES;
         const Stage& cur = sm.st[i];
@@ -181,17 +166,19 @@ wgmma_ws_kernel(const uint8_t* __restrict__ ws, const __grid_constant__ CUtensor
         bar_wait(&sm.acts[i], (s / STAGES) & 1);
 #pragma unroll
         for (int b = 0; b < KB; b++) {
-            if constexpr (HALVES == 1) {
-                issue(cur, b);
-                scale(cur, b, std::integral_constant<int, 0>{}, [] { wgmma_wait<0>(); });
-            } else {
-                issue(cur, 2 * b);  // then the previous piece: block b - 1's second half
-                if (b > 0) scale(cur, b - 1, std::integral_constant<int, 1>{}, [] { wgmma_wait<1>(); });
-                issue(cur, 2 * b + 1);
-                scale(cur, b, std::integral_constant<int, 0>{}, [] { wgmma_wait<1>(); });
+            issue(cur, b);
+            if (SETS == 1) {
+                wgmma_wait<0>();
+                scale(cur, b);
+            } else if (b > 0) {  // block b - 1 is done once at most one group (block b) is pending
+                wgmma_wait<SETS - 1>();
+                scale(cur, b - 1);
             }
         }
-        if (HALVES > 1) scale(cur, KB - 1, std::integral_constant<int, 1>{}, [] { wgmma_wait<0>(); });
+        if (SETS > 1) {
+            wgmma_wait<0>();
+            scale(cur, KB - 1);
+        }
         __syncwarp();
         if (lane == 0) bar_arrive(&sm.empty[i]);  // this warp's last read of the stage
     }
