@@ -135,11 +135,11 @@ wgmma_ws_kernel(const uint8_t* __restrict__ ws, const __grid_constant__ CUtensor
     const uint64_t ones_desc = smem_desc(sm.ones);
     float acc[64] = {};
 #ifndef QG_WGMMA_WS_SETS
-#define QG_WGMMA_WS_SETS 1
+#define QG_WGMMA_WS_SETS 2
 #endif
     // Accumulator sets. 1: a block's wgmma is waited for before its scaling, and the other
     // warpgroup's wgmma runs meanwhile. 2: block b's wgmma also runs while block b - 1 is scaled (as
-    // in the third step). -DQG_WGMMA_WS_SETS=2 in QUANTGEMM_NVCC_FLAGS builds the other.
+    // in the third step). -DQG_WGMMA_WS_SETS=1 in QUANTGEMM_NVCC_FLAGS builds the other.
     // A block is scaled in two halves of its rows (16 weight scales in registers instead of 32).
     constexpr int SETS = QG_WGMMA_WS_SETS;
     int D[SETS][64];
@@ -149,11 +149,17 @@ wgmma_ws_kernel(const uint8_t* __restrict__ ws, const __grid_constant__ CUtensor
         wgmma_s8<1>(D[b % SETS], smem_desc(&cur.a[b][64 * wg * QK]), smem_desc(&cur.w[b][0]));
         wgmma_commit();
     };
-    auto scale = [&](const Stage& cur, int b) {  // after the wait for block b's wgmma
+    // Block b's scaling, around the wait for its wgmma: the first half's scales are loaded before
+    // it (else the first FMAs wait for shared memory right after the wgmma, Nsight Compute: a
+    // quarter of the stall samples), the second half's after it, while the first half is scaled.
+    auto scale = [&](const Stage& cur, int b, auto wait) {
         int(&d)[64] = D[b % SETS];
+        const Scales<8> lo = load_scales<0, 8>(cur, b, t, tok);
+        wait();
         fence_regs(d);
-        apply_scales<0, 8>(acc, *(int(*)[32])&d[0], load_scales<0, 8>(cur, b, t, tok));
-        apply_scales<8, 8>(acc, *(int(*)[32])&d[32], load_scales<8, 8>(cur, b, t, tok));
+        const Scales<8> hi = load_scales<8, 8>(cur, b, t, tok);
+        apply_scales<0, 8>(acc, *(int(*)[32])&d[0], lo);
+        apply_scales<8, 8>(acc, *(int(*)[32])&d[32], hi);
     };
 
     // With two sets the pipeline drains at the end of each K step: ptxas keeps wgmmas asynchronous
@@ -167,18 +173,10 @@ wgmma_ws_kernel(const uint8_t* __restrict__ ws, const __grid_constant__ CUtensor
 #pragma unroll
         for (int b = 0; b < KB; b++) {
             issue(cur, b);
-            if (SETS == 1) {
-                wgmma_wait<0>();
-                scale(cur, b);
-            } else if (b > 0) {  // block b - 1 is done once at most one group (block b) is pending
-                wgmma_wait<SETS - 1>();
-                scale(cur, b - 1);
-            }
+            if (SETS == 1) scale(cur, b, [] { wgmma_wait<0>(); });
+            else if (b > 0) scale(cur, b - 1, [] { wgmma_wait<SETS - 1>(); });  // block b - 1 is done, b may run
         }
-        if (SETS > 1) {
-            wgmma_wait<0>();
-            scale(cur, KB - 1);
-        }
+        if (SETS > 1) scale(cur, KB - 1, [] { wgmma_wait<0>(); });
         __syncwarp();
         if (lane == 0) bar_arrive(&sm.empty[i]);  // this warp's last read of the stage
     }
