@@ -7,21 +7,31 @@
 // stalls at a quarter of the samples, with 2 warps per scheduler to hide them.
 //
 // Here the jobs go to different warps, as in CUTLASS's and FlashAttention-3's Hopper kernels:
-//  * a producer warpgroup (warps 8-11) starts each K step's copies on the TMA engine (one thread),
-//    waits for them, unpacks the weights into the stage (each thread one row of 8 blocks), fences
-//    (fence.proxy.async: the tensor cores read what st.shared wrote) and arrives on the stage's
-//    `full` barrier;
-//  * two consumer warpgroups (64 tokens each) only wait for `full`, issue wgmma and scale; each of
-//    their 8 warps arrives on the stage's `empty` barrier after its last read of it, and the
-//    producer waits for `empty` before it refills the stage.
-// The producer's unpacking and copies now overlap the consumers' wgmmas and scaling from other warps,
-// and the two consumer warpgroups no longer meet: each waits only for its data.
+//  * a producer warpgroup (warps 8-11): one thread starts the copies on the TMA engine (the raw
+//    weights of step s + 1 while step s is unpacked; the activations straight into a stage once the
+//    consumers have freed it), and each thread unpacks one weight row of the step into the stage,
+//    fences (fence.proxy.async: the tensor cores read what st.shared wrote) and arrives on the
+//    stage's `full` barrier;
+//  * two consumer warpgroups (64 tokens each) wait for `full` and for the activations, issue wgmma
+//    and scale; each of their 8 warps arrives on the stage's `empty` barrier after its last read
+//    of it, and the producer waits for `empty` before it refills the stage.
+// The producer's unpacking and copies overlap the consumers' wgmmas and scaling from other warps,
+// and the two consumer warpgroups no longer meet at a block-wide barrier.
 //
 // Registers: the consumers hold 64 accumulators and two sets of 64 wgmma results; the producer
 // needs few. The CTA gets 168 per thread at launch (384 threads); setmaxnreg moves them: the
-// producer gives back to 40, the consumers take 232 (40 x 128 + 232 x 256 = 168 x 384).
+// producer gives back to 40, the consumers take 232 (40 x 128 + 232 x 256 = 168 x 384). In 232
+// the two sets fit only when a block is scaled in two halves of its rows (ptxas spilled in the
+// loop before).
 // Shared memory: two stages of 8 blocks (activations, weights as int8, scales) plus two raw weight
-// steps as stored: 197.5 KB for Q4_0, 225 KB for Q8_0.
+// steps as stored: 197.5 KB for Q4_0, 225 KB for Q8_0: no room for a third stage.
+//
+// Measured on an H200 (n = 512, k = 14336, quick bench; the third step 0.225-0.226 ms in the same
+// runs): 1 set 0.217-0.220 ms, 2 sets 0.218. Tried and dropped: each block as two m64n64 wgmmas
+// pipelined in the registers of one set (0.232-0.235), the scales loaded before the wait for the
+// wgmma (0.222 with 2 sets, no gain with 1). Nsight Compute (2 sets): issue slots 54% busy;
+// stalls: the scales' shared-memory loads right after the wgmma wait 25%, selected 20%, not
+// selected 19%, dispatch 13%; the wgmma wait itself only 4.5% (third step: 26%).
 //
 // The arithmetic, and so every output bit, is the third step's (a test checks it against the mma step).
 #include "wgmma.cuh"
@@ -149,17 +159,11 @@ wgmma_ws_kernel(const uint8_t* __restrict__ ws, const __grid_constant__ CUtensor
         wgmma_s8<1>(D[b % SETS], smem_desc(&cur.a[b][64 * wg * QK]), smem_desc(&cur.w[b][0]));
         wgmma_commit();
     };
-    // Block b's scaling, around the wait for its wgmma: the first half's scales are loaded before
-    // it (else the first FMAs wait for shared memory right after the wgmma, Nsight Compute: a
-    // quarter of the stall samples), the second half's after it, while the first half is scaled.
-    auto scale = [&](const Stage& cur, int b, auto wait) {
+    auto scale = [&](const Stage& cur, int b) {  // after the wait for block b's wgmma
         int(&d)[64] = D[b % SETS];
-        const Scales<8> lo = load_scales<0, 8>(cur, b, t, tok);
-        wait();
         fence_regs(d);
-        const Scales<8> hi = load_scales<8, 8>(cur, b, t, tok);
-        apply_scales<0, 8>(acc, *(int(*)[32])&d[0], lo);
-        apply_scales<8, 8>(acc, *(int(*)[32])&d[32], hi);
+        apply_scales<0, 8>(acc, *(int(*)[32])&d[0], load_scales<0, 8>(cur, b, t, tok));
+        apply_scales<8, 8>(acc, *(int(*)[32])&d[32], load_scales<8, 8>(cur, b, t, tok));
     };
 
     // With two sets the pipeline drains at the end of each K step: ptxas keeps wgmmas asynchronous
@@ -173,10 +177,18 @@ wgmma_ws_kernel(const uint8_t* __restrict__ ws, const __grid_constant__ CUtensor
 #pragma unroll
         for (int b = 0; b < KB; b++) {
             issue(cur, b);
-            if (SETS == 1) scale(cur, b, [] { wgmma_wait<0>(); });
-            else if (b > 0) scale(cur, b - 1, [] { wgmma_wait<SETS - 1>(); });  // block b - 1 is done, b may run
+            if (SETS == 1) {
+                wgmma_wait<0>();
+                scale(cur, b);
+            } else if (b > 0) {  // block b - 1 is done once at most one group (block b) is pending
+                wgmma_wait<SETS - 1>();
+                scale(cur, b - 1);
+            }
         }
-        if (SETS > 1) scale(cur, KB - 1, [] { wgmma_wait<0>(); });
+        if (SETS > 1) {
+            wgmma_wait<0>();
+            scale(cur, KB - 1);
+        }
         __syncwarp();
         if (lane == 0) bar_arrive(&sm.empty[i]);  // this warp's last read of the stage
     }
