@@ -13,7 +13,7 @@
 //    fences (fence.proxy.async: the tensor cores read what st.shared wrote) and arrives on the
 //    stage's `full` barrier;
 //  * two consumer warpgroups (64 tokens each) wait for `full` and for the activations, issue wgmma
-//    and scale; each of their 8 warps arrives on the stage's `empty` barrier after its last read
+//    and scale; each of their threads arrives on the stage's `empty` barrier after its last read
 //    of it, and the producer waits for `empty` before it refills the stage.
 // The producer's unpacking and copies overlap the consumers' wgmmas and scaling from other warps,
 // and the two consumer warpgroups no longer meet at a block-wide barrier.
@@ -94,7 +94,7 @@ wgmma_ws_kernel(const uint8_t* __restrict__ ws, const __grid_constant__ CUtensor
             bar_init(&sm.acts[i], 1);          // the producer's expect_tx, then the copy's bytes
             bar_init(&sm.raw_in[i], 1);
             bar_init(&sm.full[i], 128);        // every producer thread, after its row
-            bar_init(&sm.empty[i], CONSUMERS / 32);  // every consumer warp, after its last read
+            bar_init(&sm.empty[i], CONSUMERS);  // every consumer thread, after its last read
         }
     fence_proxy_async();  // the barriers' init, the ones: seen by the async proxy
     __syncthreads();
@@ -189,8 +189,10 @@ wgmma_ws_kernel(const uint8_t* __restrict__ ws, const __grid_constant__ CUtensor
             wgmma_wait<0>();
             scale(cur, KB - 1);
         }
-        __syncwarp();
-        if (lane == 0) bar_arrive(&sm.empty[i]);  // this warp's last read of the stage
+        // This thread's last read of the stage. Every thread arrives: an arrival releases the
+        // arriving thread's own reads only (one lane per warp after __syncwarp left the other
+        // lanes' reads unordered for racecheck: 15 hazards against the producer's next writes).
+        bar_arrive(&sm.empty[i]);
     }
     store_acc(C, acc, blockIdx.y * BN, m0, tok, t, N, M);
 #endif
