@@ -27,7 +27,8 @@
 // steps as stored: 193 KB for Q4_0, 225 KB for Q8_0: no room for a third stage.
 //
 // Measured on an H200 (n = 512, k = 14336, quick bench; the third step 0.225-0.226 ms in the same
-// runs): 1 set 0.217-0.220 ms, 2 sets 0.218. Tried and dropped: each block as two m64n64 wgmmas
+// runs): 1 set 0.217-0.220 ms, 2 sets 0.218; every consumer thread arriving on `empty` (racecheck):
+// 0.224 (the third step: 0.2245 in that run). Tried and dropped: each block as two m64n64 wgmmas
 // pipelined in the registers of one set (0.232-0.235), the scales loaded before the wait for the
 // wgmma (0.222 with 2 sets, no gain with 1). Nsight Compute (2 sets): issue slots 54% busy;
 // stalls: the scales' shared-memory loads right after the wgmma wait 25%, selected 20%, not
