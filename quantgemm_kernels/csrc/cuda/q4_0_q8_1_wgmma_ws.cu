@@ -33,6 +33,12 @@
 // wgmma (0.222 with 2 sets, no gain with 1). Nsight Compute (2 sets): issue slots 54% busy;
 // stalls: the scales' shared-memory loads right after the wgmma wait 25%, selected 20%, not
 // selected 19%, dispatch 13%; the wgmma wait itself only 4.5% (third step: 26%).
+// Those times include the activation quantizer, which turned out to take about 50 us of them. With
+// its rewrite (wgmma.cuh) the whole product takes 0.186 ms, the third step 0.188; this kernel alone
+// 174 us and the quantizer 12.5 us (Nsight Compute). The launch with PDL (the CTAs start while the
+// quantizer finishes) gains 0.3-1% (0.1861 against 0.1867 ms; tutorial shape 0.0564 against 0.0571).
+// Nsight Compute now: L1/shared-memory pipe 83% busy, 4.8 wavefronts per shared load (the scales'
+// LDS.128), issue slots 51%: the scales' loads are what to shrink next.
 //
 // The arithmetic, and so every output bit, is the third step's (a test checks it against the mma step).
 #include "wgmma.cuh"
@@ -44,6 +50,10 @@ constexpr int CONSUMERS = 256;              // warpgroups 0 and 1: tokens 0..63,
 constexpr int THREADS = CONSUMERS + 128;    // warpgroup 2: the producer
 constexpr int STAGES = 2;
 constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
+#ifndef QG_WGMMA_WS_PDL
+#define QG_WGMMA_WS_PDL 1  // 0: an ordinary launch (for the ladder's measurement)
+#endif
+
 static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * CONSUMERS <= 65536 / THREADS / 8 * 8 * THREADS,
               "setmaxnreg can only move the registers the CTA got at launch");
 #ifndef QG_WGMMA_WS_PARTS
@@ -121,6 +131,9 @@ wgmma_ws_kernel(const uint8_t* __restrict__ ws, const __grid_constant__ CUtensor
             if (r == 0 && aligned && s + 1 < steps) copy_raw(s + 1);
             if (s >= STAGES) bar_wait(&sm.empty[i], (round - 1) & 1);  // the consumers are done with step s - STAGES
             if (r == 0) {
+                // Launched with PDL, the CTA may start while the quantizer still runs: the barriers,
+                // the first weight copies and (for s = 0) nothing else came before this wait.
+                if (s == 0) grid_dependency_wait();
                 bar_expect(&sm.acts[i], QG_WGMMA_UNIT_BYTES);
                 bulk_copy(&st.a[0][0], units + (int64_t)s * QG_WGMMA_UNIT_BYTES, QG_WGMMA_UNIT_BYTES, &sm.acts[i]);
             }
@@ -192,7 +205,8 @@ wgmma_ws_kernel(const uint8_t* __restrict__ ws, const __grid_constant__ CUtensor
         }
         // This thread's last read of the stage. Every thread arrives: an arrival releases the
         // arriving thread's own reads only (one lane per warp after __syncwarp left the other
-        // lanes' reads unordered for racecheck: 15 hazards against the producer's next writes).
+        // lanes' reads unordered for racecheck: 15 hazards against the producer's next writes; one
+        // thread per warpgroup after a named barrier of its 128 threads: 16 hazards, and 2% slower).
         bar_arrive(&sm.empty[i]);
     }
     store_acc(C, acc, blockIdx.y * BN, m0, tok, t, N, M);
@@ -205,7 +219,19 @@ void gemm_q8_1_wgmma_ws(const GemmProblem& p, cudaStream_t stream) {
     const size_t smem = sizeof(Smem<WF>);
     cudaFuncSetAttribute(wgmma_ws_kernel<WF>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     wgmma_prepare_and_launch<WF>(p, stream, [&](dim3 grid, const uint8_t* ws, const CUtensorMap& wmap, float* C, int N) {
-        wgmma_ws_kernel<WF><<<grid, THREADS, smem, stream>>>(ws, wmap, (const typename WF::block*)p.W, C, N, p.M, p.K);
+        // Programmatic dependent launch: the CTAs start while the quantizer finishes (its CTAs
+        // allow it at once); the producer waits for its writes before the first activation copy.
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = grid;
+        cfg.blockDim = dim3(THREADS);
+        cfg.dynamicSmemBytes = smem;
+        cfg.stream = stream;
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = QG_WGMMA_WS_PDL;
+        cudaLaunchKernelEx(&cfg, wgmma_ws_kernel<WF>, ws, wmap, (const typename WF::block*)p.W, C, N, p.M, p.K);
     });
 }
 

@@ -36,26 +36,50 @@ namespace {
 // tokens and K step, one unit of QG_WGMMA_UNIT_BYTES = the quants a[KB][BN * 32] in core-matrix
 // order, then per block and token the pair (d_a 2^64, c). A K step of a tile is then one bulk copy.
 // Tokens past N and blocks past K are zeros (scale 0: they add nothing).
-__global__ void wgmma_quantize_act_kernel(const float* __restrict__ x, uint8_t* __restrict__ ws, int N, int K,
-                                          int steps, int64_t total) {
-    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;  // over [tiles * BN][steps * KB * 32]
-    if (i - (threadIdx.x % 32) >= total) return;                      // whole warps in or out
-    const int64_t kp = (int64_t)steps * KB * QK;
-    const int n = (int)(i / kp), k = (int)(i % kp);
-    const int tile = n / BN, nl = n % BN, s = k / (KB * QK), b = (k / QK) % KB, lane = k % QK;
-    uint8_t* unit = ws + ((int64_t)tile * steps + s) * QG_WGMMA_UNIT_BYTES;
-    int q = 0;
-    float d = 0.0f;
-    if (n < N && k < K) {  // warp-uniform: a warp is one block of one token
-        fp16_bits d16, s16;
-        q = quantize_q8_1_lane(x[(int64_t)n * K + k], d16, s16);
-        d = scale_to_float(d16);
-        (void)s16;  // the signed formula needs no s
-    }
-    unit[b * BN * QK + core_offset(nl, lane / 16) + lane % 16] = (uint8_t)(int8_t)q;
-    if (lane == 0) {
-        const float da = d * DA_SCALE;
-        ((float2*)(unit + KB * BN * QK))[b * BN + nl] = make_float2(da, da * C_SCALE);
+// A CTA quantizes one K step (8 blocks) of 8 tokens: warp b takes block b, lane 4 u + p takes
+// values 8p .. 8p + 7 of token u (two 16-byte loads), and the 4 lanes of a token reduce with 2
+// shuffles. A warp's quants are then the 8 rows of the block's two core matrices: two 128-byte
+// runs of the unit, written 8 bytes per lane. (One thread per value, a whole-warp reduction per
+// block and 64-bit index arithmetic took 7x the instructions and left the kernel issue-bound.)
+// The roundings are quantize_q8_1_lane's, value by value, so the bytes are the same.
+__global__ void __launch_bounds__(256) wgmma_quantize_act_kernel(const float* __restrict__ x,
+                                                                 uint8_t* __restrict__ ws, int N, int K, int steps) {
+    allow_dependent_launch();  // a kernel launched with PDL may start: it waits for our writes itself
+    const int lane = threadIdx.x % 32, b = threadIdx.x / 32, p = lane % 4;
+    const int64_t n = (int64_t)blockIdx.x * 8 + lane / 4;  // this lane's token; CTAs cover the tiles exactly
+    const int64_t tile = n / BN;
+    const int nl = (int)(n % BN);
+    for (int s = blockIdx.y; s < steps; s += gridDim.y) {
+        const int k = (s * KB + b) * QK + 8 * p;
+        float v[8] = {};
+        if (n < N && k < K) {  // the same for a token's 4 lanes: K % 32 == 0
+            const float4* src = (const float4*)(x + n * K + k);  // gemm() refuses A off a 16-byte boundary
+            const float4 lo = __ldg(src), hi = __ldg(src + 1);
+            v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
+        }
+        float amax = 0.0f;
+        bool finite = true;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            amax = fmaxf(amax, fabsf(v[j]));
+            finite = finite && isfinite(v[j]);
+        }
+        amax = fmaxf(amax, __shfl_xor_sync(QG_FULL_MASK, amax, 1));
+        amax = fmaxf(amax, __shfl_xor_sync(QG_FULL_MASK, amax, 2));
+        const bool nonfinite = (__ballot_sync(QG_FULL_MASK, !finite) >> (lane & ~3)) & 0xFu;
+        const float d = __fdiv_rn(amax, 127.0f);
+        const float id = inverse_scale(d);
+        uint32_t w[2] = {0, 0};
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            w[j / 4] |= (uint32_t)((int)roundf(__fmul_rn(v[j], id)) & 0xFF) << (8 * (j % 4));
+        if (nonfinite) w[0] = w[1] = 0;  // as quantize_q8_1_lane: a NaN scale, zero quants
+        uint8_t* unit = ws + (tile * steps + s) * QG_WGMMA_UNIT_BYTES;
+        *(uint2*)&unit[b * BN * QK + core_offset(nl, p / 2) + 8 * (p % 2)] = make_uint2(w[0], w[1]);
+        if (p == 0) {
+            const float da = scale_to_float(nonfinite ? (fp16_bits)0x7E00 : fp32_to_fp16(d)) * DA_SCALE;
+            ((float2*)(unit + KB * BN * QK))[b * BN + nl] = make_float2(da, da * C_SCALE);
+        }
     }
 }
 }  // namespace
@@ -263,9 +287,8 @@ void wgmma_prepare_and_launch(const GemmProblem& p, cudaStream_t stream, Launch 
     constexpr int B = (int)sizeof(typename WF::block);
     const int nb = p.K / QK, steps = (nb + KB - 1) / KB, tiles = (p.N + BN - 1) / BN;
     uint8_t* ws = (uint8_t*)p.workspace;
-    const int64_t total = (int64_t)tiles * BN * steps * KB * QK;
-    wgmma_quantize_act_kernel<<<(unsigned)((total + 255) / 256), 256, 0, stream>>>((const float*)p.A, ws, p.N, p.K,
-                                                                                   steps, total);
+    const dim3 qgrid((unsigned)tiles * (BN / 8), (unsigned)std::min(steps, 65535));
+    wgmma_quantize_act_kernel<<<qgrid, 256, 0, stream>>>((const float*)p.A, ws, p.N, p.K, steps);
     CUtensorMap wmap{};
     if (nb % KB == 0) {
         static PFN_encode encode = tensor_map_encoder();
