@@ -9,6 +9,8 @@
 #pragma once
 #include <cuda_fp16.h>
 
+#include <utility>
+
 #include "launchers.h"
 
 __device__ __forceinline__ float scale_to_float(fp16_bits h) { return __half2float(__ushort_as_half(h)); }
@@ -128,4 +130,21 @@ __device__ __forceinline__ void allow_dependent_launch() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;\n" ::);
 #endif
+}
+// The host side: launch `kernel` with the programmatic-serialization attribute when `pdl` is true
+// (an ordinary launch otherwise; the attribute needs compute capability 9.0 or newer).
+template <class... Params, class... Args>
+inline void launch_maybe_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                             bool pdl, Args&&... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl ? 1 : 0;
+    cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }

@@ -376,17 +376,9 @@ void launch_pass(const ActSource& src, const typename WF::block* W, float* C, in
     // CTAs that the activations are not copied (or quantized) again for every 8 rows.
     const int warps_needed = (M + DEC_WARPS - 1) / DEC_WARPS;
     const int ctas = std::max(1, std::min(warps_needed, device_info().sms * std::min(per_sm, 2)));
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(ctas);
-    cfg.blockDim = dim3(DEC_THREADS);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = !FUSED && device_info().major >= 9 ? 1 : 0;  // PDL: sm_90 and later
-    cudaLaunchKernelEx(&cfg, kernel, src, W, C, M, K, nb_total, kb0, nb, accumulate);
+    const bool pdl = !FUSED && device_info().major >= 9;  // PDL: sm_90 and later
+    launch_maybe_pdl(kernel, dim3(ctas), dim3(DEC_THREADS), smem, stream, pdl, src, W, C, M, K, nb_total, kb0, nb,
+                     accumulate);
 }
 template <class WF, bool FUSED>
 void launch_tokens(int T, const ActSource& src, const typename WF::block* W, float* C, int M, int K, int nb_total,

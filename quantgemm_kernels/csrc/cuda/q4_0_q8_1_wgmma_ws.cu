@@ -221,17 +221,8 @@ void gemm_q8_1_wgmma_ws(const GemmProblem& p, cudaStream_t stream) {
     wgmma_prepare_and_launch<WF>(p, stream, [&](dim3 grid, const uint8_t* ws, const CUtensorMap& wmap, float* C, int N) {
         // Programmatic dependent launch: the CTAs start while the quantizer finishes (its CTAs
         // allow it at once); the producer waits for its writes before the first activation copy.
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = grid;
-        cfg.blockDim = dim3(THREADS);
-        cfg.dynamicSmemBytes = smem;
-        cfg.stream = stream;
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[0].val.programmaticStreamSerializationAllowed = 1;
-        cfg.attrs = attr;
-        cfg.numAttrs = QG_WGMMA_WS_PDL;
-        cudaLaunchKernelEx(&cfg, wgmma_ws_kernel<WF>, ws, wmap, (const typename WF::block*)p.W, C, N, p.M, p.K);
+        launch_maybe_pdl(wgmma_ws_kernel<WF>, grid, dim3(THREADS), smem, stream, QG_WGMMA_WS_PDL != 0, ws, wmap,
+                         (const typename WF::block*)p.W, C, N, p.M, p.K);
     });
 }
 
