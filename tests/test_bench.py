@@ -2,6 +2,7 @@
 produced the numbers, round trips through CSV and JSON. Speed itself is never asserted."""
 import json
 import math
+import os
 
 import pytest
 import torch
@@ -131,3 +132,37 @@ def test_graph_implies_batched(tmp_path, flags, batched):
         assert r["status"] == "ok", r
         want = llamacpp.perf_repeats(r["M"], r["N"], r["K"], "cpu") if batched else 1
         assert r.get("batch", 1) == want, (flags, r)
+
+
+def test_cpu_name_names_the_cpu_never_the_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "FAKE GPU 9000")
+    name = bench.cpu_name()
+    assert bench._cpu_model() in name and f"{torch.get_num_threads()} thread" in name
+    assert "FAKE GPU" not in name and torch.__version__ in name
+    assert ", 1 thread " in bench.cpu_name(1) and ", 3 threads " in bench.cpu_name(3)
+    assert bench.machine_name("cpu") == name
+
+
+CPUINFO_HT = "\n\n".join(  # 2 sockets x 2 cores x 2 hyperthreads
+    f"processor\t: {p}\nmodel name\t: X\nphysical id\t: {p // 4}\ncore id\t\t: {p % 2}\n" for p in range(8))
+
+
+def test_physical_cores_counts_hyperthread_siblings_once():
+    assert bench._cores_in_cpuinfo(CPUINFO_HT) == 4
+    assert bench._cores_in_cpuinfo(CPUINFO_HT, allowed={0, 2}) == 1  # siblings on one core
+    assert bench._cores_in_cpuinfo(CPUINFO_HT, allowed={0, 1, 4}) == 3
+    assert bench._cores_in_cpuinfo("processor\t: 0\nmodel name\t: X\n") == 0  # no core ids: fall back
+    n = bench.physical_cores()
+    assert isinstance(n, int) and 1 <= n <= (os.cpu_count() or 1)
+
+
+def test_host_load_busy_rule(monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    for load, threads, busy in [(0.1, 8, False), (15.9, 8, False), (16.1, 8, True), (8.9, 1, False), (9.1, 1, True)]:
+        monkeypatch.setattr(os, "getloadavg", lambda load=load: (load, load, load))
+        h = bench.host_load(threads)
+        assert h == {"load_1min": load, "cpus": 16, "threads": threads, "busy": busy}, h
+    monkeypatch.delattr(os, "getloadavg")
+    assert bench.host_load(2) == {"load_1min": None, "cpus": 16, "threads": 2, "busy": False}
+    assert bench.host_load()["threads"] == torch.get_num_threads()
