@@ -170,7 +170,7 @@ def _check_sm(A: torch.Tensor, k: Kernel) -> None:
                      f"{A.device} is {cc}")
 
 
-def gemm(A: torch.Tensor, W: torch.Tensor, kernel: str) -> torch.Tensor:
+def gemm(A: torch.Tensor, W: torch.Tensor, kernel: str, *, q8_1_sum: str | None = None) -> torch.Tensor:
     """``C [N, M] = A [N, K] @ W [M, K]^T`` with a registered kernel (a name from ``KERNELS``).
 
     ``A`` is float32. ``W`` is float32 for f32 kernels, else the bytes of ``quantize(W, fmt)`` in
@@ -178,14 +178,27 @@ def gemm(A: torch.Tensor, W: torch.Tensor, kernel: str) -> torch.Tensor:
     as llama.cpp's mul_mat does (use :func:`gemm_quantized` to pass quantized activations).
     Kernels with ``fused_quant`` (chapter 6) quantize ``A`` inside, on the GPU, to the same bytes;
     there a non-finite activation block gives NaN outputs for its token instead of an error.
+
+    ``q8_1_sum`` (Q8_1 kernels): what the activations' ``s`` holds, as in :func:`quantize`;
+    default the kernel's ``q8_1_sum`` (the reference quantizer's ``d * sum(q)``). ``"sum_x"`` gives
+    ggml-cuda's activation bytes, so the result matches llama.cpp's CUDA mul_mat to rounding; of the
+    fused kernels only those with ``sum_x`` (the decode kernels) offer it.
     """
     k = _kernel(kernel)
     _check_tensor(A, "A", torch.float32)
+    if q8_1_sum is not None and q8_1_sum not in _SUM_MODE:
+        raise ValueError(f"q8_1_sum must be one of {tuple(_SUM_MODE)}, got {q8_1_sum!r}")
+    if q8_1_sum is not None and k.afmt != "q8_1":
+        raise ValueError(f"kernel {k.name!r} takes {k.afmt} activations: q8_1_sum does not apply")
+    mode = q8_1_sum or k.q8_1_sum
     if k.afmt == "f32" or k.fused_quant:
+        if mode != "d_sum_q" and not k.sum_x:
+            raise ValueError(f"kernel {k.name!r} quantizes A with the reference quantizer (s = d * sum(q)) "
+                             "and has no sum_x mode; the decode kernels have one")
         _check_pair(A, W, k, "f32")
         _check_sm(A, k)
-        return _ops().gemm(A, W, k.name)
-    Aq = quantize(A, k.afmt, q8_1_sum=k.q8_1_sum)
+        return _ops().gemm(A, W, k.name, _SUM_MODE[mode])
+    Aq = quantize(A, k.afmt, q8_1_sum=mode)
     return gemm_quantized(Aq, W, k)
 
 

@@ -30,6 +30,10 @@ class Kernel:
     #: round trip (chapter 6; llama.cpp's mul_mat does the same). A non-finite activation block
     #: then makes every output it touches NaN instead of raising.
     fused_quant: bool = False
+    #: fused_quant kernels only: True where the kernel reads Q8_1's s and can quantize A with
+    #: ggml-cuda's s = sum(x) on request (``gemm(..., q8_1_sum="sum_x")``), so its output matches
+    #: llama.cpp's CUDA mul_mat on the same bytes to rounding. The others take the reference's.
+    sum_x: bool = False
     min_sm: tuple = (0, 0)  #: oldest CUDA compute capability the kernel runs on
     #: newest one: (9, 0) for code built for sm_90a (wgmma), which runs on compute capability 9.0 only
     max_sm: tuple = (99, 99)
@@ -78,7 +82,8 @@ _CUDA = [
     Kernel("cuda_q4_0_q8_1_decode_fused", "cuda", "q4_0", "q8_1", 6,
            "decode: 16-byte weight loads, every CTA quantizes the activations", fused_quant=True, min_sm=(8, 0)),
     Kernel("cuda_q4_0_q8_1_decode", "cuda", "q4_0", "q8_1", 6,
-           "decode: activations quantized once, copied by every CTA (PDL)", fused_quant=True, min_sm=(8, 0)),
+           "decode: activations quantized once, copied by every CTA (PDL)", fused_quant=True, min_sm=(8, 0),
+           sum_x=True),
     Kernel("cuda_q4_0_q8_1_mma_regstage", "cuda", "q4_0", "q8_1", 6,
            "int8 tensor cores (mma.sync m16n8k32), 128x128 tiles, weights staged in registers",
            fused_quant=True, min_sm=(8, 0), q4_0_formula="signed"),
@@ -95,7 +100,8 @@ _CUDA = [
            "the wgmma step with a producer warpgroup (copies, unpacking) and two consumer warpgroups, mbarriers",
            fused_quant=True, min_sm=(9, 0), max_sm=(9, 0), q4_0_formula="signed"),
     Kernel("cuda_q8_0_q8_1_decode", "cuda", "q8_0", "q8_1", 6,
-           "decode: activations quantized once, copied by every CTA (PDL)", fused_quant=True, min_sm=(8, 0)),
+           "decode: activations quantized once, copied by every CTA (PDL)", fused_quant=True, min_sm=(8, 0),
+           sum_x=True),
     Kernel("cuda_q8_0_q8_1_mma", "cuda", "q8_0", "q8_1", 6,
            "int8 tensor cores, 128x128 tiles, weights unpacked once per CTA, ldmatrix", fused_quant=True,
            min_sm=(8, 0)),

@@ -124,3 +124,19 @@ def test_fp16_overflow_warns_and_keeps_llama_cpp_bytes(fmt, scale):
         q = qk.quantize(x, fmt)
     with np.errstate(over="ignore"):
         assert np.array_equal(q.numpy(), F.quantize(x.numpy(), fmt))
+
+
+def test_gemm_q8_1_sum_argument_is_checked():
+    A, W = torch.randn(3, 64), torch.randn(5, 64)
+    Wq = qk.quantize(W, "q4_0")
+    with pytest.raises(ValueError, match="q8_1_sum must be one of"):
+        qk.gemm(A, Wq, "cpu_q4_0_q8_1_naive", q8_1_sum="x")
+    with pytest.raises(ValueError, match="q8_1_sum does not apply"):
+        qk.gemm(A, Wq, "cpu_q4_0_f32_naive", q8_1_sum="sum_x")
+    # a kernel that reads Q8_1 bytes takes either mode: gemm() quantizes A with it
+    from quantgemm_kernels import formats as F
+    from quantgemm_kernels import reference as R
+
+    C = qk.gemm(A, Wq, "cpu_q4_0_q8_1_naive", q8_1_sum="sum_x").numpy()
+    ref = R.gemm_wq_aq8_1(F.quantize(A.numpy(), "q8_1", q8_1_sum="sum_x"), Wq.numpy(), "q4_0")
+    assert R.nmse(C, ref) < 1e-10

@@ -109,3 +109,42 @@ def test_kernels_know_the_gpus_they_run_on():
     assert k.runs_on((9, 0)) and not k.runs_on((8, 9)) and not k.runs_on((10, 0))
     m = qk.KERNELS["cuda_q4_0_q8_1_mma"]
     assert m.runs_on((8, 0)) and m.runs_on((12, 0)) and not m.runs_on((7, 5))
+
+
+SUM_X = [k for k in qk.KERNELS.values() if k.sum_x]
+
+
+def test_only_kernels_that_read_s_offer_the_sum_x_mode():
+    assert {k.name for k in SUM_X} == {"cuda_q4_0_q8_1_decode", "cuda_q8_0_q8_1_decode"}
+    assert all(k.fused_quant for k in SUM_X)
+
+
+@pytest.mark.parametrize("kernel", [n for n in FUSED if not qk.KERNELS[n].sum_x])
+def test_kernels_without_the_mode_refuse_it_before_launching(kernel):
+    with pytest.raises(ValueError, match="no sum_x mode"):
+        qk.gemm(torch.zeros(1, 32), torch.zeros(1, 18, dtype=torch.uint8), kernel, q8_1_sum="sum_x")
+
+
+@requires_cuda
+@pytest.mark.parametrize("kernel", [kernel_param(k) for k in SUM_X])
+@pytest.mark.parametrize("dist", ["normal", "outliers", "tiny", "zeros"])
+@pytest.mark.parametrize("M,N,K", [(1, 1, 32), (33, 5, 160), (257, 9, 2048), (129, 3, 4096)], ids=lambda v: str(v))
+def test_sum_x_mode_computes_with_ggml_cudas_activation_bytes(kernel, dist, M, N, K):
+    """In the sum_x mode the decode kernels quantize A as ggml-cuda's quantize_q8_1 does (q = x / d,
+    s = sum(x) in warp order): the result is the reference on exactly those bytes (formats.py's
+    "sum_x" quantizer), and the same as the plain Q8_1 kernel given our GPU quantizer's sum_x bytes."""
+    from quantgemm_kernels import formats as F
+    from quantgemm_kernels.testing import kernel_inputs
+
+    k = qk.KERNELS[kernel]
+    A, W = kernel_inputs(k, M, N, K, dist, seed=M + K)
+    At, Wq = torch.from_numpy(A).cuda(), qk.quantize(torch.from_numpy(W).cuda(), k.wfmt)
+    C = qk.gemm(At, Wq, kernel, q8_1_sum="sum_x").cpu().numpy()
+    Aq = F.quantize(A, "q8_1", q8_1_sum="sum_x")
+    ref = R.gemm_wq_aq8_1(Aq, Wq.cpu().numpy(), k.wfmt, q4_0_formula=k.q4_0_formula)
+    assert R.nmse(C, ref) <= KERNEL_NMSE if np.any(ref) else not np.any(C)
+    plain = qk.gemm_quantized(qk.quantize(At, "q8_1", q8_1_sum="sum_x"), Wq, f"cuda_{k.wfmt}_q8_1_vec_dp4a")
+    assert R.nmse(C, plain.cpu().numpy()) <= KERNEL_NMSE if np.any(ref) else not np.any(C)
+    default = qk.gemm(At, Wq, kernel).cpu().numpy()
+    ref_default = R.gemm_wq_aq8_1(F.quantize(A, "q8_1"), Wq.cpu().numpy(), k.wfmt, q4_0_formula=k.q4_0_formula)
+    assert R.nmse(default, ref_default) <= KERNEL_NMSE if np.any(ref) else not np.any(default)

@@ -158,11 +158,13 @@ const CpuKernel CPU_KERNELS[] = {
 #undef QG_CPU_KERNEL
 };
 
-at::Tensor gemm_cpu(const at::Tensor& A, const at::Tensor& W, c10::string_view kernel_sv) {
+at::Tensor gemm_cpu(const at::Tensor& A, const at::Tensor& W, c10::string_view kernel_sv, int64_t sum_mode) {
     const std::string kernel(kernel_sv);
     const CpuKernel* k = nullptr;
     for (const auto& c : CPU_KERNELS) if (kernel == c.name) k = &c;
     QG_CHECK(k != nullptr, "no CPU kernel named '", kernel, "'");
+    QG_CHECK(sum_mode == Q8_1_S_D_SUM_Q, "kernel '", kernel, "' reads A as given: choose Q8_1's s when "
+             "quantizing A (quantize(A, 'q8_1', q8_1_sum=...)), not here");
     const int64_t K = check_gemm_inputs(A, W, k->formats);
     const int64_t N = A.size(0), M = W.size(0);
     at::Tensor C = at::empty({N, M}, A.options().dtype(at::kFloat));
@@ -226,11 +228,20 @@ at::Tensor dequantize_cuda(const at::Tensor& q, c10::string_view fmt_sv) {
     return y;
 }
 
-at::Tensor gemm_cuda(const at::Tensor& A, const at::Tensor& W, c10::string_view kernel_sv) {
+// The kernels that quantize A themselves and read Q8_1's s (the compensated formula): only they
+// have a choice of s. The mma and wgmma kernels use the signed formula and never read s.
+bool has_sum_mode(const std::string& kernel) {
+    return kernel == "cuda_q4_0_q8_1_decode" || kernel == "cuda_q8_0_q8_1_decode";
+}
+
+at::Tensor gemm_cuda(const at::Tensor& A, const at::Tensor& W, c10::string_view kernel_sv, int64_t sum_mode) {
     const std::string kernel(kernel_sv);
     const CudaKernel* k = nullptr;
     for (const auto& c : CUDA_KERNELS) if (kernel == c.name) k = &c;
     QG_CHECK(k != nullptr, "no CUDA kernel named '", kernel, "'");
+    QG_CHECK(sum_mode == Q8_1_S_D_SUM_Q || sum_mode == Q8_1_S_SUM_X, "bad q8_1 sum mode ", sum_mode);
+    QG_CHECK(sum_mode == Q8_1_S_D_SUM_Q || has_sum_mode(kernel), "kernel '", kernel, "' has no choice of "
+             "Q8_1's s (it quantizes A with the reference quantizer, or never reads s)");
     const int64_t K = check_gemm_inputs(A, W, k->formats);
     check_aligned(A, "A");
     check_aligned(W, "W");
@@ -239,6 +250,7 @@ at::Tensor gemm_cuda(const at::Tensor& A, const at::Tensor& W, c10::string_view 
     at::Tensor C = at::empty({N, M}, A.options().dtype(at::kFloat));
     if (N == 0 || M == 0) return C;
     GemmProblem p{A.data_ptr(), W.data_ptr(), C.data_ptr<float>(), (int)N, (int)M, (int)K};
+    p.q8_1_sum_mode = (int)sum_mode;
     at::Tensor workspace;  // chapter 6 kernels quantize A into it (freed when the call returns:
                            // the caching allocator keeps it for the next call, stream-ordered)
     if (k->formats.a == QG_F32_AS_Q8_1) {
@@ -265,7 +277,7 @@ std::vector<std::string> kernel_names() {
 TORCH_LIBRARY(quantgemm, m) {
     m.def("quantize(Tensor x, str fmt, int q8_1_sum_mode) -> Tensor");
     m.def("dequantize(Tensor q, str fmt) -> Tensor");
-    m.def("gemm(Tensor A, Tensor W, str kernel) -> Tensor");
+    m.def("gemm(Tensor A, Tensor W, str kernel, int q8_1_sum_mode=0) -> Tensor");
     m.def("kernel_names() -> str[]", &kernel_names);
 }
 

@@ -19,6 +19,9 @@ struct GemmProblem {
     float* C;       // float [N, M]
     int N, M, K;
     void* workspace = nullptr;  // scratch on the kernel's device, for kernels that need one (chapter 6)
+    // Kernels that quantize float32 A themselves (chapter 6): what Q8_1's s holds (formats.h,
+    // Q8_1_S_*). Only the decode kernels read s; the binding refuses the mode for the others.
+    int q8_1_sum_mode = 0;
 };
 
 // Formats as integers, for code that switches on them.

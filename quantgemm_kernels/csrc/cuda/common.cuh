@@ -87,6 +87,42 @@ __device__ __forceinline__ void quantize_q8_1_thread(const float* x, int* qw, fp
     s16 = finite ? fp32_to_fp16(__fmul_rn((float)sum, d)) : (fp16_bits)0x7E00;
 }
 
+// ggml-cuda's quantize_q8_1 for one block, by one thread (x[0..31] in registers): q = round(x / d)
+// (a division, not the reference's multiply by 1/d; 0 where the block is all zeros) and s = the
+// float sum of x in the order of ggml-cuda's warp_reduce_sum, a butterfly over xor offsets 16, 8,
+// 4, 2, 1 (the result lane 0 holds), so d, q and s are the bytes llama.cpp's CUDA backend writes.
+// Same outputs as quantize_q8_1_thread (packed quants, fp16 d and s; NaN for a non-finite block).
+__device__ __forceinline__ void quantize_q8_1_thread_sum_x(const float* x, int* qw, fp16_bits& d16, fp16_bits& s16) {
+    float amax = 0.0f;
+    bool finite = true;
+#pragma unroll
+    for (int j = 0; j < 32; j++) {
+        amax = fmaxf(amax, fabsf(x[j]));
+        finite = finite && isfinite(x[j]);
+    }
+    const float d = __fdiv_rn(amax, 127.0f);
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        uint32_t w = 0;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int q = amax == 0.0f ? 0 : (int)roundf(__fdiv_rn(x[4 * i + j], d));
+            w |= (uint32_t)(q & 0xFF) << (8 * j);
+        }
+        qw[i] = finite ? (int)w : 0;
+    }
+    float t[32];
+#pragma unroll
+    for (int j = 0; j < 32; j++) t[j] = x[j];
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+#pragma unroll
+        for (int j = 0; j < off; j++) t[j] = __fadd_rn(t[j], t[j + off]);  // lane j += lane j ^ off
+    }
+    d16 = finite ? fp32_to_fp16(d) : (fp16_bits)0x7E00;
+    s16 = finite ? fp32_to_fp16(t[0]) : (fp16_bits)0x7E00;
+}
+
 // Word j (4 bytes) of a byte string held as 32-bit words, starting at byte `off`. After unrolling,
 // `off` is a constant: one register, or one funnel shift of two.
 __device__ __forceinline__ int word_at(const uint32_t* raw, int off) {

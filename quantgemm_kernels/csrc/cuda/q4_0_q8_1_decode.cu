@@ -303,11 +303,12 @@ decode_kernel(ActSource src, const typename WF::block* __restrict__ W, float* __
 }
 
 // ---------------------------------------------------------------- the activation image
-// One thread per (token, unit, block of the unit): quantizes its 32 values with llama.cpp's Q8_1
-// rounding (or writes zeros for the blocks past K in a row's last unit) into the layout
+// One thread per (token, unit, block of the unit): quantizes its 32 values to llama.cpp's Q8_1
+// bytes, those of the reference quantizer (s = d * sum(q)) or, in the sum_x mode, those of
+// ggml-cuda's quantize_q8_1 (s = sum(x), which MMVQ reads) (or writes zeros for the blocks past K in a row's last unit) into the layout
 // ActSmem reads, pads included (written as zeros: they are copied, never used).
 __global__ void quantize_image_kernel(const float* __restrict__ A, int4* __restrict__ qs, float2* __restrict__ ds,
-                                      int N, int nb_total, int nu_total) {
+                                      int N, int nb_total, int nu_total, int sum_mode) {
     allow_dependent_launch();  // the decode kernel may start now: it waits for our results itself
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (int64_t)N * nu_total * UNIT) return;
@@ -326,7 +327,8 @@ __global__ void quantize_image_kernel(const float* __restrict__ A, int4* __restr
             x[4 * j] = v.x; x[4 * j + 1] = v.y; x[4 * j + 2] = v.z; x[4 * j + 3] = v.w;
         }
         fp16_bits d16, s16;
-        quantize_q8_1_thread(x, qw, d16, s16);
+        if (sum_mode == Q8_1_S_SUM_X) quantize_q8_1_thread_sum_x(x, qw, d16, s16);  // ggml-cuda's bytes
+        else quantize_q8_1_thread(x, qw, d16, s16);                                 // the reference's
         dsv = make_float2(scale_to_float(d16), scale_to_float(s16));
     }
     int4* q = qs + tu * A_UNIT_VECS + 2 * slot;
@@ -413,7 +415,7 @@ void gemm_q8_1_decode(const GemmProblem& p, cudaStream_t stream) {
     if (!FUSED) {
         const int64_t threads = (int64_t)p.N * nu_total * UNIT;
         quantize_image_kernel<<<(unsigned)((threads + 63) / 64), 64, 0, stream>>>(A, img_qs, img_ds, p.N, nb_total,
-                                                                                 nu_total);
+                                                                                 nu_total, p.q8_1_sum_mode);
     }
     for (int n0 = 0; n0 < p.N; n0 += MAX_T) {
         const int T = std::min(MAX_T, p.N - n0);
