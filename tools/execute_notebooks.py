@@ -6,8 +6,13 @@ Run it on the machine whose outputs the book should show (an NVIDIA GPU for the 
 It keeps only kernelspec/language metadata and the widget state (so the static book shows the
 widgets), makes traceback paths repository-relative, and fails if an output still holds a local
 path. Every notebook records the machine it ran on in its own setup cell.
+
+Figures: the kernel inherits this process's environment, and an MPLBACKEND set there (Agg on many
+GPU images) would keep every figure from being displayed, so the kernel always gets the inline
+backend; a cell that draws (quantgemm_kernels._nbcheck) and comes back without an image fails the run.
 """
 import json
+import os
 import re
 import sys
 import time
@@ -17,6 +22,11 @@ import nbformat
 from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from quantgemm_kernels._nbcheck import cells_without_figures  # noqa: E402
+
+# The kernel process inherits os.environ: whatever MPLBACKEND this shell has, figures go inline.
+INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
 SITE = re.compile(r"/[^\s'\"]*/(site-packages|dist-packages)/")
 LOCAL = re.compile(r"/(work|root|home|tmp|opt)/[A-Za-z0-9_.-]+")
 
@@ -27,6 +37,7 @@ def clean(text: str) -> str:
 
 def run(path: Path, timeout: int) -> list[str]:
     nb = nbformat.read(path, as_version=4)
+    os.environ["MPLBACKEND"] = INLINE_BACKEND
     t0 = time.time()
     NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
                    resources={"metadata": {"path": str(path.parent)}}).execute()
@@ -48,6 +59,8 @@ def run(path: Path, timeout: int) -> list[str]:
             text = json.dumps(out)
             for m in LOCAL.finditer(text):
                 problems.append(f"{path.name} cell {i}: local path {m.group(0)!r}")
+    for i in cells_without_figures(nb):
+        problems.append(f"{path.name} cell {i}: draws a figure but its output holds no image")
     nbformat.write(nb, path)
     return problems
 
@@ -58,5 +71,5 @@ if __name__ == "__main__":
     for p in sys.argv[1:]:
         problems += run(Path(p).resolve(), timeout)
     for line in problems:
-        print("LOCAL PATH:", line)
+        print("PROBLEM:", line)
     sys.exit(1 if problems else 0)
