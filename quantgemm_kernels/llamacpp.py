@@ -1,15 +1,22 @@
 """llama.cpp's own kernels from Python: ggml's ``mul_mat``, its CPU dot products and its quantizers.
 
-Chapter 5 uses this module to put our kernels next to the code they imitate. Everything goes
-through the ``ggml`` Python module, which compiles ggml (the tensor library inside llama.cpp)
-from source when it is installed. Two packages provide that module and both import as ``ggml``:
+Chapter 5 uses this module to put our kernels next to the code they imitate. ggml is the tensor
+library inside llama.cpp; we reach its C API in one of three ways:
 
-* ``ggml-python`` (0.0.45 vendors ggml 0.15.3): CPU works; its CUDA build does not import.
-* ``ggml-py`` (0.10.1 vendors ggml 0.10.1): CPU and CUDA work; it lacks a few bindings
-  (the type traits, ``ggml_graph_add_node``), which we then bind ourselves from its libraries.
+* a **standalone ggml build**, when the environment variable ``QUANTGEMM_GGML_LIB`` names the
+  folder of its shared libraries: ``tools/build_ggml.sh SRC PREFIX [cuda]`` builds one (e.g.
+  ggml 0.25.3 from the llama-cpp-python 0.3.36 sdist, the newest here) and
+  :mod:`quantgemm_kernels._ggml_ctypes` binds it; CPU, and CUDA where built with it.
+  Where the variable is set, it is used or its error is reported: never a silent fallback.
+* otherwise the ``ggml`` Python module, which compiles ggml from source when it is installed.
+  Two packages provide it and both import as ``ggml``:
 
-Pick one per environment. Nothing here imports ``ggml`` at package import: each function
-imports it when called, and :func:`available` says what works before anything is tried.
+  * ``ggml-python`` (0.0.45 vendors ggml 0.15.3): CPU works; its CUDA build does not import.
+  * ``ggml-py`` (0.10.1 vendors ggml 0.10.1): CPU and CUDA work; it lacks a few bindings
+    (the type traits, ``ggml_graph_add_node``), which we then bind ourselves from its libraries.
+
+Pick one per environment. Nothing here loads ggml at package import: each function loads it
+when called, and :func:`available` says what works before anything is tried.
 
 The GEMM convention is the course's: weights ``W [M, K]``, activations ``A [N, K]``,
 ``C [N, M] = A @ W.T``. In ggml's terms (``ne0`` = the contiguous dimension):
@@ -25,6 +32,7 @@ ggml's CPU result differs from our W4A16 reference by the activation quantizatio
 from __future__ import annotations
 
 import ctypes
+import os
 import statistics
 import time
 from pathlib import Path
@@ -53,6 +61,16 @@ class GgmlUnavailable(ImportError):
 # ---------------------------------------------------------------------------------------------
 
 def _ggml():
+    """The ggml API: the standalone build named by ``QUANTGEMM_GGML_LIB``, else the ``ggml`` module."""
+    libdir = os.environ.get("QUANTGEMM_GGML_LIB")
+    if libdir:
+        from . import _ggml_ctypes
+
+        try:
+            return _ggml_ctypes.load(libdir)
+        except OSError as e:
+            raise GgmlUnavailable(f"QUANTGEMM_GGML_LIB={libdir}: the ggml libraries do not load ({e}). "
+                                  "Build them with tools/build_ggml.sh, or unset the variable") from e
     try:
         import ggml
     except Exception as e:  # an ImportError, or ggml-python's CUDA build failing at import
@@ -63,7 +81,9 @@ def _ggml():
 
 
 def _package_name(g) -> str:
-    """Which of the two packages provides ``ggml``: they share the module name, not the API."""
+    """Which package provides ``ggml``: the two share the module name, not the API."""
+    if getattr(g, "PACKAGE", None) == "ggml (standalone build, ctypes)":
+        return g.PACKAGE
     if hasattr(g, "ggml_get_type_traits_cpu"):
         return "ggml-python"
     return "ggml-py" if str(getattr(g, "__version__", "")).startswith("0.1") else "unknown"
@@ -75,6 +95,8 @@ def _libraries(g) -> list[ctypes.CDLL]:
     Opening by path returns the same loaded library; indexing ``lib[name]`` then gives a fresh
     function object, so setting its argtypes here cannot change the package's own bindings.
     """
+    if hasattr(g, "_ggml_libs"):  # the standalone build: _ggml_ctypes opened them already
+        return list(g._ggml_libs)
     libdir = Path(g.__file__).resolve().parent / "lib"
     paths = sorted(libdir.glob("libggml*.so")) + sorted(libdir.glob("libggml*.dylib"))
     libs = []
@@ -176,13 +198,18 @@ def _c_string(g, name: str) -> str | None:
 def available() -> dict:
     """What works here, without raising.
 
-    Keys: ``importable``, ``package`` ("ggml-python" / "ggml-py"), ``version`` (the Python
-    package's), ``ggml_version`` and ``ggml_commit`` (of the C library it compiled),
-    ``cpu_backend``, ``cuda_backend``, ``cuda_devices``, ``type_traits`` (so
-    :func:`ggml_vec_dot` and Q8_1 quantization work), ``error`` (why not, where something fails).
+    Keys: ``importable``, ``package`` ("ggml-python" / "ggml-py" / "ggml (standalone build,
+    ctypes)"), ``version`` (the Python package's; the standalone build's ggml version),
+    ``ggml_version`` and ``ggml_commit`` (of the C library, from its ``ggml_version()`` and
+    ``ggml_commit()``), ``lib_dir`` and ``build`` (standalone build only: the library folder and
+    its ``ggml-build.json``, with the source, ``commit``, ``cmake_flags``, compilers),
+    ``cmake_flags`` (the build's, where known), ``cpu_backend``, ``cuda_backend``,
+    ``cuda_devices``, ``type_traits`` (so :func:`ggml_vec_dot` and Q8_1 quantization work),
+    ``error`` (why not, where something fails).
     """
     info = {"importable": False, "package": None, "version": None, "ggml_version": None, "ggml_commit": None,
-            "cpu_backend": False, "cuda_backend": False, "cuda_devices": 0, "type_traits": False, "error": None}
+            "lib_dir": None, "build": None, "cmake_flags": None, "cpu_backend": False, "cuda_backend": False,
+            "cuda_devices": 0, "type_traits": False, "error": None}
     try:
         g = _ggml()
     except GgmlUnavailable as e:
@@ -190,6 +217,11 @@ def available() -> dict:
         return info
     info.update(importable=True, package=_package_name(g), version=getattr(g, "__version__", None),
                 ggml_version=_c_string(g, "ggml_version"), ggml_commit=_c_string(g, "ggml_commit"))
+    if hasattr(g, "LIB_DIR"):  # the standalone build
+        build = g.BUILD_INFO or {}
+        info.update(lib_dir=str(g.LIB_DIR), build=g.BUILD_INFO, cmake_flags=build.get("cmake_flags"))
+        if info["ggml_commit"] in (None, "unknown"):
+            info["ggml_commit"] = build.get("commit", info["ggml_commit"])
     try:
         backend = g.ggml_backend_cpu_init()
         if backend:
@@ -346,12 +378,16 @@ def _parse_backend(backend: str) -> tuple[str, int]:
 
 
 class _MulMatGraph:
-    """A ggml context with ``a`` (weights), ``b`` (activations) and ``c = mul_mat(a, b)``, the
-    graph computing ``c`` ``repeats`` times (``ggml_graph_add_node`` of the same node, as
-    test-backend-ops perf does), and a backend buffer holding the tensors."""
+    """A ggml context with ``copies`` weight tensors ``a_i``, one activation tensor ``b`` and the
+    nodes ``c_i = mul_mat(a_i, b)``; a graph computing ``c_0 .. c_{C-1}`` in that order, the whole
+    sequence ``repeats`` times (``ggml_graph_add_node`` of the same nodes, as test-backend-ops
+    perf does); and a backend buffer holding the tensors. ``a`` and ``c`` are copy 0's tensors,
+    ``a_copies`` and ``c_copies`` all of them."""
 
-    def __init__(self, g, wtype: int, M: int, N: int, K: int, backend: str, n_threads: int | None, repeats: int = 1):
+    def __init__(self, g, wtype: int, M: int, N: int, K: int, backend: str, n_threads: int | None,
+                 repeats: int = 1, copies: int = 1):
         self.g, self.ctx, self.backend, self.buffer = g, None, None, None
+        self.M, self.N, self.K = M, N, K
         kind, index = _parse_backend(backend)
         self.kind = kind
         try:
@@ -364,29 +400,41 @@ class _MulMatGraph:
             else:
                 if not getattr(g, "GGML_USE_CUDA", False):
                     raise GgmlUnavailable(f"this ggml ({_package_name(g)} {getattr(g, '__version__', '?')}) "
-                                          "was built without CUDA: build ggml-py with -DGGML_CUDA=on")
+                                          "was built without CUDA: build it with -DGGML_CUDA=on")
                 self.backend = g.ggml_backend_cuda_init(index)
                 if not self.backend:
                     raise GgmlUnavailable(f"ggml_backend_cuda_init({index}) failed (no such GPU?)")
                 self.n_threads = None
-            graph_size = repeats + 8  # R node slots plus the two leaves, with room to spare
+            n_nodes = copies * repeats
+            graph_size = n_nodes + copies + 8  # the node slots, the C + 1 leaves, room to spare
             params = g.ggml_init_params(
-                mem_size=g.ggml_tensor_overhead() * 8 + g.ggml_graph_overhead_custom(graph_size, False),
+                mem_size=g.ggml_tensor_overhead() * (2 * copies + 8) + g.ggml_graph_overhead_custom(graph_size, False),
                 mem_buffer=None, no_alloc=True)  # tensor data lives in the backend buffer
             self.ctx = g.ggml_init(params)
+            if not self.ctx:
+                raise MemoryError("ggml_init failed")
             self.a = g.ggml_new_tensor_2d(self.ctx, wtype, K, M)
             self.b = g.ggml_new_tensor_2d(self.ctx, _type(g, "f32"), K, N)
             self.c = g.ggml_mul_mat(self.ctx, self.a, self.b)
             self.graph = g.ggml_new_graph_custom(self.ctx, graph_size, False)
             g.ggml_build_forward_expand(self.graph, self.c)
+            self.a_copies, self.c_copies = [self.a], [self.c]
+            for _ in range(copies - 1):  # copies 1 .. C-1: their own weights, the same b, after c_0
+                self.a_copies.append(g.ggml_new_tensor_2d(self.ctx, wtype, K, M))
+                self.c_copies.append(g.ggml_mul_mat(self.ctx, self.a_copies[-1], self.b))
+                g.ggml_build_forward_expand(self.graph, self.c_copies[-1])
             add_node = _c_function(g, "ggml_graph_add_node", [ctypes.c_void_p, ctypes.c_void_p], None)
             if repeats > 1 and add_node is None:
-                raise GgmlUnavailable("ggml_graph_add_node is not exported: cannot repeat the node")
+                raise GgmlUnavailable("ggml_graph_add_node is not exported: cannot repeat the nodes")
             for _ in range(repeats - 1):
-                add_node(self.graph, self.c)
+                for c in self.c_copies:
+                    add_node(self.graph, c)
+            count = _c_function(g, "ggml_graph_n_nodes", [ctypes.c_void_p], ctypes.c_int)
+            if count is not None and count(self.graph) != n_nodes:
+                raise RuntimeError(f"the graph has {count(self.graph)} nodes, expected {copies} x {repeats}")
             self.buffer = g.ggml_backend_alloc_ctx_tensors(self.ctx, self.backend)
             if not self.buffer:
-                raise MemoryError(f"ggml could not allocate the {backend} buffer for M={M}, N={N}, K={K}")
+                raise MemoryError(f"ggml could not allocate the {backend} buffer for {copies} x M={M}, N={N}, K={K}")
         except BaseException:
             self.close()
             raise
@@ -404,9 +452,10 @@ class _MulMatGraph:
         if self.kind == "cuda":
             self.g.ggml_backend_synchronize(self.backend)
 
-    def result(self, N: int, M: int) -> np.ndarray:
-        out = np.empty((N, M), np.float32)
-        self.g.ggml_backend_tensor_get(self.c, out.ctypes.data_as(ctypes.c_void_p), 0, self.g.ggml_nbytes(self.c))
+    def result(self, i: int = 0) -> np.ndarray:
+        c = self.c_copies[i]
+        out = np.empty((self.N, self.M), np.float32)
+        self.g.ggml_backend_tensor_get(c, out.ctypes.data_as(ctypes.c_void_p), 0, self.g.ggml_nbytes(c))
         return out
 
     def close(self) -> None:
@@ -426,15 +475,103 @@ class _MulMatGraph:
         self.close()
 
 
-def _prepare(W, A, wfmt: str):
+def _prepare(Ws: list, A, wfmt: str):
+    """Checked inputs: (g, the weights as ggml's bytes, one array per copy, A, M, N, K)."""
     g = _ggml()
-    Wb, M, K = _weights(g, W, wfmt)
+    Wbs = []
+    for i, W in enumerate(Ws):
+        try:
+            Wb, M, K = _weights(g, W, wfmt)
+        except (TypeError, ValueError) as e:
+            if len(Ws) == 1:
+                raise
+            raise type(e)(f"Ws[{i}]: {e}") from None
+        if Wbs and (Wb.shape, Wb.dtype) != (Wbs[0].shape, Wbs[0].dtype):
+            raise ValueError(f"Ws[{i}] is {Wb.dtype} {Wb.shape}, Ws[0] is {Wbs[0].dtype} {Wbs[0].shape}: "
+                             "the copies must have the same shape")
+        Wbs.append(Wb)
     A = _f32_rows(A, "A")
     if A.shape[1] != K:
         raise ValueError(f"A and W disagree on K: A [N, K] has K={A.shape[1]}, W [M, K] has K={K}")
     if A.shape[0] == 0 or M == 0:
         raise ValueError(f"empty GEMM: M={M}, N={A.shape[0]}")
-    return g, Wb, A, M, A.shape[0], K
+    return g, Wbs, A, M, A.shape[0], K
+
+
+def _one_matrix(W):
+    if isinstance(W, (list, tuple)):
+        raise TypeError("W must be one weight matrix (an array), not a list; MulMatRunner takes a list of copies")
+    return [W]
+
+
+class MulMatRunner:
+    """ggml's ``mul_mat`` on ``C`` copies of the weights in one graph: cold-cache timing.
+
+    ``Ws`` is one weight matrix or a list of ``C`` of the same shape, each what
+    :func:`ggml_mul_mat` takes (our quantized bytes, uint8 ``[M, K/32*block_bytes]``, or float32
+    ``[M, K]``); ``A`` is float32 ``[N, K]`` (numpy or a CPU torch tensor). The graph computes
+    ``c_i = mul_mat(a_i, b)`` for ``i = 0 .. C-1`` with one shared ``b`` (= A), in that order,
+    and that sequence ``repeats`` times, so one :meth:`compute` runs ``n_mul_mats = C * repeats``
+    mul_mats back to back, each on its own weights: when the copies together exceed the L2
+    cache, every mul_mat reads its weights from memory. ``C = 1`` with ``repeats > 1`` is
+    test-backend-ops perf (the same weights each time, hot in L2 when they fit). Each node
+    quantizes ``b`` itself, as in test-backend-ops. A context manager; :meth:`close` frees it.
+
+    ::
+
+        with MulMatRunner([Wq] * 8, A, "q4_0", backend="cuda", repeats=4) as run:
+            run.compute()                                  # warm up
+            t0 = time.perf_counter(); run.compute(); s = (time.perf_counter() - t0) / run.n_mul_mats
+            C3 = run.result(3)                             # float32 [N, M]
+    """
+
+    def __init__(self, Ws, A, wfmt: str, backend: str = "cpu", repeats: int = 1, n_threads: int | None = None):
+        if isinstance(Ws, (list, tuple)):
+            if not Ws:
+                raise ValueError("Ws is empty: give one weight matrix or a list of at least one")
+            Ws = list(Ws)
+        else:
+            Ws = [Ws]
+        if isinstance(repeats, bool) or not isinstance(repeats, (int, np.integer)):
+            raise TypeError(f"repeats must be an int, got {type(repeats).__name__}")
+        if repeats < 1:
+            raise ValueError(f"repeats must be >= 1, got {repeats}")
+        g, Wbs, A, M, N, K = _prepare(Ws, A, wfmt)
+        self.copies, self.repeats, self.n_mul_mats = len(Wbs), int(repeats), len(Wbs) * int(repeats)
+        self.M, self.N, self.K, self.wfmt, self.backend = M, N, K, wfmt, backend
+        self._mm = _MulMatGraph(g, _type(g, wfmt), M, N, K, backend, n_threads, repeats=self.repeats,
+                                copies=self.copies)
+        try:
+            for a, Wb in zip(self._mm.a_copies, Wbs):
+                self._mm.set(a, Wb)
+            self._mm.set(self._mm.b, A)
+        except BaseException:
+            self.close()
+            raise
+        self.n_threads = self._mm.n_threads
+
+    def compute(self) -> None:
+        """One ``ggml_backend_graph_compute`` (then a synchronize on CUDA): ``n_mul_mats`` mul_mats."""
+        if self._mm.ctx is None:
+            raise RuntimeError("this MulMatRunner is closed")
+        self._mm.compute()
+
+    def result(self, i: int = 0) -> np.ndarray:
+        """``c_i`` (copy ``i``'s output) of the last compute, float32 ``[N, M]``."""
+        if self._mm.ctx is None:
+            raise RuntimeError("this MulMatRunner is closed")
+        if not isinstance(i, (int, np.integer)) or not 0 <= i < self.copies:
+            raise IndexError(f"copy index {i!r} out of range for {self.copies} copies")
+        return self._mm.result(int(i))
+
+    def close(self) -> None:
+        self._mm.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
 
 def ggml_mul_mat(W, A, wfmt: str, backend: str = "cpu", n_threads: int | None = None) -> np.ndarray:
@@ -445,12 +582,9 @@ def ggml_mul_mat(W, A, wfmt: str, backend: str = "cpu", n_threads: int | None = 
     is float32 ``[N, K]``; ggml quantizes it itself to its ``vec_dot_type``. ``n_threads`` (CPU)
     defaults to ``torch.get_num_threads()``.
     """
-    g, Wb, A, M, N, K = _prepare(W, A, wfmt)
-    with _MulMatGraph(g, _type(g, wfmt), M, N, K, backend, n_threads) as mm:
-        mm.set(mm.a, Wb)
-        mm.set(mm.b, A)
-        mm.compute()
-        return mm.result(N, M)
+    with MulMatRunner(_one_matrix(W), A, wfmt, backend, n_threads=n_threads) as run:
+        run.compute()
+        return run.result()
 
 
 def perf_repeats(M: int, N: int, K: int, backend: str = "cpu") -> int:
@@ -471,21 +605,20 @@ def time_ggml_mul_mat(W, A, wfmt: str, backend: str = "cpu", n_threads: int | No
     median of ``computes`` computes (at least, and until ``min_time_s`` has passed), divided by
     ``reps``. test-backend-ops reports the mean over about a second; the median resists noise
     from other processes. The activation quantization ggml does inside ``mul_mat`` is included.
+    The weights stay hot in L2 where they fit; :class:`MulMatRunner` with copies times them cold.
     """
-    g, Wb, A, M, N, K = _prepare(W, A, wfmt)
+    _, (Wb,), A, M, N, K = _prepare(_one_matrix(W), A, wfmt)
     R = int(reps) if reps else perf_repeats(M, N, K, backend)
     if R < 1 or computes < 1:
         raise ValueError(f"reps and computes must be >= 1, got {R} and {computes}")
-    with _MulMatGraph(g, _type(g, wfmt), M, N, K, backend, n_threads, repeats=R) as mm:
-        mm.set(mm.a, Wb)
-        mm.set(mm.b, A)
+    with MulMatRunner(Wb, A, wfmt, backend, repeats=R, n_threads=n_threads) as run:
         for _ in range(warmup):
-            mm.compute()
+            run.compute()
         times = []
         t_start = time.perf_counter()
         while len(times) < computes or (time.perf_counter() - t_start) < min_time_s:
             t0 = time.perf_counter()
-            mm.compute()
+            run.compute()
             times.append(time.perf_counter() - t0)
             if len(times) >= 1000:
                 break
@@ -498,9 +631,13 @@ def info_line() -> str:
     if not a["importable"]:
         return f"ggml: not available ({a['error']})"
     backends = ", ".join(b for b, ok in (("CPU", a["cpu_backend"]), ("CUDA", a["cuda_backend"])) if ok) or "none"
+    if a["lib_dir"]:  # the standalone build
+        src = (a["build"] or {}).get("source", "source unrecorded")
+        return (f"ggml {a['ggml_version'] or '?'} (commit {a['ggml_commit']}; {src}) via {a['package']} "
+                f"from {a['lib_dir']} (backends: {backends})")
     return f"ggml {a['ggml_version'] or '?'} via {a['package']} {a['version']} (backends: {backends})"
 
 
-__all__ = ["GgmlUnavailable", "WEIGHT_FORMATS", "available", "ggml_mul_mat", "ggml_quantize", "ggml_vec_dot",
-           "ggml_vec_dot_type", "info_line", "perf_repeats", "time_ggml_mul_mat"]
+__all__ = ["GgmlUnavailable", "MulMatRunner", "WEIGHT_FORMATS", "available", "ggml_mul_mat", "ggml_quantize",
+           "ggml_vec_dot", "ggml_vec_dot_type", "info_line", "perf_repeats", "time_ggml_mul_mat"]
 

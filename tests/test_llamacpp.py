@@ -1,5 +1,6 @@
-"""llama.cpp's own mul_mat, vec_dot and quantizers, reached through the ``ggml`` module, against
-our numpy reference. Skipped where ggml (ggml-python or ggml-py) is not installed.
+"""llama.cpp's own mul_mat, vec_dot and quantizers, reached through the ``ggml`` module or, where
+``QUANTGEMM_GGML_LIB`` names one, a standalone ggml build (``tools/build_ggml.sh``), against our
+numpy reference. Skipped where neither is there (no ggml-python / ggml-py installed, variable unset).
 
 Two comparisons per case, with different budgets:
 
@@ -15,7 +16,9 @@ Two comparisons per case, with different budgets:
   and 9e-5 (Q8_0); the threshold 1e-3 leaves a margin of about 8x, and is still 5x below what
   quantizing the weights to Q4_0 costs (~5e-3), so a wrong weight layout cannot pass.
 """
+import ctypes
 import math
+import os
 
 import numpy as np
 import pytest
@@ -26,8 +29,11 @@ from quantgemm_kernels import reference as R
 from quantgemm_kernels.testing import KERNEL_NMSE, make_values
 
 INFO = L.available()
-pytestmark = pytest.mark.skipif(not INFO["cpu_backend"], reason=f"ggml CPU backend not available: {INFO['error']}")
+# A standalone build named by QUANTGEMM_GGML_LIB that does not work fails the tests instead of skipping them.
+pytestmark = pytest.mark.skipif(not INFO["cpu_backend"] and not os.environ.get("QUANTGEMM_GGML_LIB"),
+                                reason=f"ggml CPU backend not available: {INFO['error']}")
 
+STANDALONE_PACKAGE = "ggml (standalone build, ctypes)"
 ACT_QUANT_NMSE = 1e-3  #: ggml (Q8_0 activations) vs our float-activation reference; see the docstring
 # M=1, N=1, K=32 (one block), primes, non-powers of two, one row over a GEMV-friendly size
 SHAPES = [(1, 1, 32), (1, 7, 64), (7, 1, 96), (33, 5, 160), (83, 9, 128), (130, 2, 1024), (17, 33, 288)]
@@ -112,6 +118,139 @@ def test_bad_inputs_raise_clearly():
 
 
 def test_available_reports_the_package():
-    assert INFO["importable"] and INFO["package"] in ("ggml-python", "ggml-py", "unknown")
+    assert INFO["importable"] and INFO["package"] in ("ggml-python", "ggml-py", "unknown", STANDALONE_PACKAGE)
     assert INFO["ggml_version"] is None or INFO["ggml_version"].count(".") == 2
     assert "ggml" in L.info_line()
+
+
+# ---------------------------------------------------------------------------------------------
+# MulMatRunner: C copies of the weights in one graph (cold-cache timing)
+# ---------------------------------------------------------------------------------------------
+
+def _copies(M, N, K, C, wfmt):
+    Ws = [make_values((M, K), "normal", 10 + i) for i in range(C)]
+    return [W if wfmt == "f32" else F.quantize(W, wfmt) for W in Ws], make_values((N, K), "normal", 99)
+
+
+def _graph_nodes(run):
+    count = L._c_function(L._ggml(), "ggml_graph_n_nodes", [ctypes.c_void_p], ctypes.c_int)
+    return None if count is None else count(run._mm.graph)
+
+
+@pytest.mark.parametrize("wfmt", L.WEIGHT_FORMATS)
+def test_runner_copy_i_is_ggml_mul_mat_on_copy_i(wfmt):
+    Ws, A = _copies(33, 5, 160, 3, wfmt)
+    with L.MulMatRunner(Ws, A, wfmt, n_threads=2) as run:
+        assert (run.copies, run.repeats, run.n_mul_mats) == (3, 1, 3)
+        assert _graph_nodes(run) in (None, 3)
+        run.compute()
+        outs = [run.result(i) for i in range(3)]
+    for W, C in zip(Ws, outs):
+        assert C.shape == (5, 33) and C.dtype == np.float32
+        np.testing.assert_array_equal(C, L.ggml_mul_mat(W, A, wfmt, n_threads=2))
+    assert not np.array_equal(outs[0], outs[1])  # each copy reads its own weights
+
+
+def test_runner_repeats_the_sequence():
+    Ws, A = _copies(17, 3, 96, 3, "q8_0")
+    with L.MulMatRunner(Ws, A, "q8_0", repeats=4, n_threads=2) as run:
+        assert (run.copies, run.repeats, run.n_mul_mats) == (3, 4, 12)
+        assert _graph_nodes(run) in (None, 12)
+        for _ in range(2):  # computes again on the same buffers
+            run.compute()
+        for i, W in enumerate(Ws):
+            np.testing.assert_array_equal(run.result(i), L.ggml_mul_mat(W, A, "q8_0", n_threads=2))
+
+
+def test_runner_takes_one_matrix_float_weights_and_torch():
+    torch = pytest.importorskip("torch")
+    W, A = _case(9, 3, 64)
+    with L.MulMatRunner(W, torch.from_numpy(A), "q4_0", repeats=2, n_threads=2) as run:  # ggml quantizes W
+        assert (run.copies, run.n_mul_mats) == (1, 2)
+        run.compute()
+        np.testing.assert_array_equal(run.result(), L.ggml_mul_mat(F.quantize(W, "q4_0"), A, "q4_0", n_threads=2))
+
+
+def test_runner_bad_inputs_raise_clearly():
+    Ws, A = _copies(8, 2, 64, 2, "q4_0")
+    with pytest.raises(ValueError, match="empty"):
+        L.MulMatRunner([], A, "q4_0")
+    with pytest.raises(ValueError, match="same shape"):
+        L.MulMatRunner([Ws[0], Ws[1][:5]], A, "q4_0")
+    with pytest.raises(ValueError, match="same shape"):
+        L.MulMatRunner([Ws[0], F.quantize(make_values((8, 96), "normal", 1), "q4_0")], A, "q4_0")
+    with pytest.raises(TypeError, match=r"Ws\[1\]"):
+        L.MulMatRunner([Ws[0], Ws[1].astype(np.int16)], A, "q4_0")
+    with pytest.raises(ValueError, match="disagree on K"):
+        L.MulMatRunner(Ws, A[:, :32], "q4_0")
+    with pytest.raises(ValueError, match="wfmt"):
+        L.MulMatRunner(Ws, A, "q5_0")
+    with pytest.raises(ValueError, match="repeats"):
+        L.MulMatRunner(Ws, A, "q4_0", repeats=0)
+    with pytest.raises(TypeError, match="repeats"):
+        L.MulMatRunner(Ws, A, "q4_0", repeats=1.5)
+    with pytest.raises(ValueError, match="backend"):
+        L.MulMatRunner(Ws, A, "q4_0", backend="tpu")
+    with pytest.raises(TypeError, match="MulMatRunner"):
+        L.ggml_mul_mat(Ws, A, "q4_0")  # one matrix only; lists are for the runner
+    run = L.MulMatRunner(Ws, A, "q4_0", n_threads=1)
+    with pytest.raises(IndexError):
+        run.result(2)
+    run.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        run.compute()
+
+
+def test_a_bad_library_folder_is_an_error_not_a_fallback(monkeypatch, tmp_path):
+    monkeypatch.setenv("QUANTGEMM_GGML_LIB", str(tmp_path))
+    info = L.available()
+    assert not info["importable"] and "QUANTGEMM_GGML_LIB" in info["error"]
+    W, A = _case(4, 2, 64)
+    with pytest.raises(L.GgmlUnavailable, match="QUANTGEMM_GGML_LIB"):
+        L.ggml_mul_mat(W, A, "f32")
+
+
+# ---------------------------------------------------------------------------------------------
+# The standalone ggml build (tools/build_ggml.sh) through ctypes: QUANTGEMM_GGML_LIB=PREFIX/lib
+# ---------------------------------------------------------------------------------------------
+
+needs_standalone = pytest.mark.skipif(
+    not os.environ.get("QUANTGEMM_GGML_LIB"),
+    reason="QUANTGEMM_GGML_LIB is not set: no standalone ggml build to test (tools/build_ggml.sh SRC PREFIX, "
+           "then QUANTGEMM_GGML_LIB=PREFIX/lib)")
+
+
+@needs_standalone
+def test_standalone_build_is_reported():
+    assert INFO["package"] == STANDALONE_PACKAGE and INFO["error"] is None
+    assert INFO["ggml_version"] == INFO["version"] == "0.25.3"  # the llama-cpp-python 0.3.36 sdist's ggml
+    assert INFO["lib_dir"] == str(os.path.realpath(os.environ["QUANTGEMM_GGML_LIB"]))
+    assert INFO["build"]["ggml_version"] == "0.25.3" and INFO["ggml_commit"] not in (None, "")
+    assert "-DBUILD_SHARED_LIBS=ON" in INFO["cmake_flags"] and "-DGGML_NATIVE=ON" in INFO["cmake_flags"]
+    assert INFO["type_traits"] and INFO["cpu_backend"]
+    assert "0.25.3" in L.info_line() and "standalone" in L.info_line()
+
+
+@needs_standalone
+@pytest.mark.parametrize("wfmt", L.WEIGHT_FORMATS)
+def test_standalone_mul_mat_matches_the_reference(wfmt):
+    assert L._package_name(L._ggml()) == STANDALONE_PACKAGE
+    for shape in SHAPES:  # the checks of test_ggml_mul_mat_matches_the_reference, on this build
+        test_ggml_mul_mat_matches_the_reference(wfmt, shape)
+
+
+@needs_standalone
+def test_standalone_build_and_the_ggml_module_in_one_process(monkeypatch):
+    pytest.importorskip("ggml")
+    W, A = _case(64, 3, 256)
+    Wq = F.quantize(W, "q4_0")
+    ours = L.ggml_mul_mat(Wq, A, "q4_0", n_threads=2)
+    monkeypatch.delenv("QUANTGEMM_GGML_LIB")
+    module = L.available()
+    if not module["cpu_backend"]:
+        pytest.skip(f"the ggml module does not work here: {module['error']}")
+    theirs = L.ggml_mul_mat(Wq, A, "q4_0", n_threads=2)
+    assert module["package"] != STANDALONE_PACKAGE and module["ggml_version"] != INFO["ggml_version"]
+    # each library keeps its own symbols (not RTLD_GLOBAL); both compute the same Q4_0 x Q8_0 products
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-4)
+    assert L._package_name(L._ggml()) != STANDALONE_PACKAGE
