@@ -167,7 +167,7 @@ def nmse_gpu(result, reference) -> float:
 def _short(name: str) -> str:
     """A kernel name without its template arguments and parameter list."""
     out, depth = [], 0
-    for ch in name:
+    for ch in name.replace("(anonymous namespace)::", ""):
         if ch in "<(":
             depth += 1
         elif ch in ">)":

@@ -429,3 +429,56 @@ def nmse_explorer(shape=(32, 1024), seed: int = 0):
         w.observe(redraw, names="value")
     redraw()
     return widgets.VBox([widgets.HBox([widgets.VBox([dist, scale]), widgets.VBox([frac, mag])]), table, out])
+
+
+# --------------------------------------------------------------------------------------------
+# Chapters 5 and 6: the sweep over every batch size (quantgemm_kernels.measure records)
+# --------------------------------------------------------------------------------------------
+
+def plot_crossover(record: dict, wfmt: str, M: int, K: int, ax=None):
+    """Time per call against N for one weight format and layer shape: our fastest kernel at each N
+    (cold, solid; warm, dashed), llama.cpp's mul_mat, cuBLAS fp16 and cuBLASLt int8 (cold), with
+    the error bars spanning each row's quartiles, and the floor set by moving the weights at the
+    measured copy bandwidth. Both axes are logarithmic."""
+    from .measure import best_ours, side_rows
+
+    plt = _pyplot()
+    rows, h = record["rows"], record["header"]
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(8, 4.4))
+    else:
+        fig = ax.figure
+
+    def draw(by_n, label, **style):
+        ns = sorted(by_n)
+        if not ns:
+            return
+        med = np.array([by_n[n]["median_us"] for n in ns])
+        lo = med - np.array([by_n[n]["q1_us"] for n in ns])
+        hi = np.array([by_n[n]["q3_us"] for n in ns]) - med
+        ax.errorbar(ns, med, yerr=[lo, hi], label=label, capsize=2, ms=3.5, **style)
+
+    draw(best_ours(rows, wfmt, M, K, "cold"), "ours (fastest chapter-6 kernel), cold", color="C0", marker="o")
+    draw(best_ours(rows, wfmt, M, K, "warm"), "ours, warm (weights in L2 when they fit)", color="C0", ls="--",
+         marker=".", alpha=0.6)
+    draw(side_rows(rows, "llama.cpp", wfmt, M, K, "cold"), "llama.cpp mul_mat, cold", color="C3", marker="s")
+    draw(side_rows(rows, "cuBLAS fp16", wfmt, M, K, "cold"), "cuBLAS fp16, cold", color="C2", marker="^")
+    draw(side_rows(rows, "cuBLASLt int8", wfmt, M, K, "cold"), "cuBLASLt int8, cold", color="C7", marker="v")
+    bw = h["ceilings"]["copy_gbps"]
+    wbytes = M * (K // F.QK) * F.BLOCK_BYTES[wfmt]
+    ax.axhline(wbytes / bw / 1e3, color="black", lw=1, ls=":",
+               label=f"{wfmt.upper()} weights at the copy bandwidth ({bw:.0f} GB/s)")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ns = sorted({r["N"] for r in rows if r["wfmt"] == wfmt and (r["M"], r["K"]) == (M, K)})
+    ax.set_xticks(ns, [str(n) for n in ns], fontsize=7)
+    ax.set_xlabel("N (tokens in the batch)")
+    ax.set_ylabel("µs per call (median; bars: quartiles)")
+    g = h.get("ggml") or {}
+    ax.set_title(f"{wfmt.upper()} weights, M = {M}, K = {K}: kernel time per call (CUPTI)\n"
+                 f"{h.get('machine')}, llama.cpp = ggml {g.get('ggml_version')}, recorded {str(h.get('date'))[:10]}",
+                 fontsize=9)
+    ax.legend(fontsize=7, loc="upper left")
+    ax.grid(True, which="major", lw=0.3)
+    fig.tight_layout()
+    return fig

@@ -148,3 +148,28 @@ def test_sum_x_mode_computes_with_ggml_cudas_activation_bytes(kernel, dist, M, N
     default = qk.gemm(At, Wq, kernel).cpu().numpy()
     ref_default = R.gemm_wq_aq8_1(F.quantize(A, "q8_1"), Wq.cpu().numpy(), k.wfmt, q4_0_formula=k.q4_0_formula)
     assert R.nmse(default, ref_default) <= KERNEL_NMSE if np.any(ref) else not np.any(default)
+
+
+def _ggml_cuda():
+    from quantgemm_kernels import llamacpp
+
+    return llamacpp.available()["cuda_backend"]
+
+
+@requires_cuda
+@pytest.mark.parametrize("kernel", [kernel_param(k) for k in SUM_X])
+@pytest.mark.parametrize("M,N,K", [(4096, 1, 14336), (1000, 3, 4096), (257, 8, 2048), (130, 5, 256)], ids=lambda v: str(v))
+def test_sum_x_mode_matches_llamacpps_cuda_mul_mat(kernel, M, N, K):
+    """The same bytes give llama.cpp's numbers: MMVQ's output and ours in the sum_x mode differ by
+    float rounding only (NMSE <= 1e-9), where the default mode differs by s's fp16 rounding (~1e-4)."""
+    if not _ggml_cuda():
+        pytest.skip("no ggml CUDA backend here (QUANTGEMM_GGML_LIB or ggml-py built with CUDA)")
+    from quantgemm_kernels import llamacpp
+
+    k = qk.KERNELS[kernel]
+    g = torch.Generator().manual_seed(K + N)
+    A, W = torch.randn(N, K, generator=g), torch.randn(M, K, generator=g)
+    Wq = qk.quantize(W.cuda(), k.wfmt)
+    ours = qk.gemm(A.cuda(), Wq, kernel, q8_1_sum="sum_x").cpu().numpy()
+    theirs = llamacpp.ggml_mul_mat(Wq.cpu().numpy(), A.numpy(), k.wfmt, backend="cuda")
+    assert R.nmse(ours, theirs) <= 1e-9
