@@ -482,23 +482,27 @@ def _git_commit() -> tuple[str | None, bool | None]:
     return gc()
 
 
-def write_record(rows: list[dict], header: dict, out_dir) -> Path:
+def write_record(rows: list[dict], header: dict, out_dir, name: str = "sweep") -> Path:
+    if not name or any(c in name for c in "/\\ ") :
+        raise ValueError(f"name must be a plain file name prefix, got {name!r}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    path = out / ("sweep-" + _dt.datetime.now().strftime("%H%M%S") + ".json")
+    path = out / (f"{name}-" + _dt.datetime.now().strftime("%H%M%S") + ".json")
     with open(path, "w") as f:
         json.dump({"header": header, "columns": COLUMNS, "rows": rows}, f, indent=1, default=str)
         f.write("\n")
     return path
 
 
-def load_record(path) -> dict:
-    """``{"header", "rows", "path"}`` of a sweep record, or of the newest ``sweep-*.json`` under a folder."""
+def load_record(path, name: str = "sweep") -> dict:
+    """``{"header", "rows", "path"}`` of a record, or of the newest ``<name>-*.json`` under a folder
+    (by date folder, then time; ``tmp`` folders are scratch space and skipped)."""
     p = Path(path)
     if p.is_dir():
-        found = sorted(p.rglob("sweep-*.json"), key=lambda q: (q.parent.name, q.name))
+        found = sorted((q for q in p.rglob(f"{name}-*.json") if "tmp" not in q.relative_to(p).parts),
+                       key=lambda q: (q.parent.name, q.name))
         if not found:
-            raise FileNotFoundError(f"no sweep-*.json under {p}")
+            raise FileNotFoundError(f"no {name}-*.json under {p}")
         p = found[-1]
     with open(p) as f:
         data = json.load(f)
@@ -518,6 +522,27 @@ def best_ours(rows: list[dict], wfmt: str, M: int, K: int, regime: str = "cold")
 def side_rows(rows: list[dict], side: str, wfmt: str, M: int, K: int, regime: str = "cold") -> dict[int, dict]:
     return {r["N"]: r for r in rows
             if (r["side"], r["wfmt"], r["M"], r["K"], r["regime"], r["status"]) == (side, wfmt, M, K, regime, "ok")}
+
+
+def as_bench_rows(rows: list[dict], regime: str = "cold") -> list[dict]:
+    """The rows of one regime in the shape of ``bench``'s results (``kernel``, ``median_ms``,
+    ``gflops``, ...), for the chapter-5 tables and plots: llama.cpp's rows are named
+    ``ggml_cuda_<wfmt>``, cuBLAS's ``torch_cublas_fp16`` and ``torch_cublaslt_int8``."""
+    out = []
+    for r in rows:
+        if r["regime"] != regime or r["status"] != "ok":
+            continue
+        name = {"llama.cpp": f"ggml_cuda_{r['wfmt']}", "cuBLAS fp16": "torch_cublas_fp16",
+                "cuBLASLt int8": "torch_cublaslt_int8"}.get(r["side"], r["side"])
+        t = r["median_us"] * 1e-6
+        out.append({"kernel": name, "source": r["source"], "device": "cuda", "wfmt": r["wfmt"],
+                    "afmt": "q8_1" if r["source"] != "cuBLAS" else ("f16" if "fp16" in r["side"] else "i8"),
+                    "M": r["M"], "N": r["N"], "K": r["K"], "status": "ok", "reason": "",
+                    "median_ms": t * 1e3, "min_ms": r["min_us"] * 1e-3, "iqr_ms": r["iqr_us"] * 1e-3,
+                    "reps": r["samples"], "gflops": r["flops"] / t / 1e9, "tflops": r["flops"] / t / 1e12,
+                    "gbps": r["bytes"] / t / 1e9, "bytes": r["bytes"], "timing": f"cupti-{regime}",
+                    "nmse_vs_llamacpp": r.get("nmse_vs_llamacpp")})
+    return out
 
 
 def table(rows: list[dict], wfmt: str, M: int, K: int) -> str:
@@ -588,6 +613,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-cublas", action="store_true", help="without cuBLAS")
     p.add_argument("--allow-busy", action="store_true", help="measure even when the host is busy (the record says so)")
     p.add_argument("--out", default=None, help="folder (default bench_results/<gpu>/<date>)")
+    p.add_argument("--name", default="sweep", help="file name prefix (default sweep; chapter 6 reads the newest "
+                   "sweep-*.json, chapter 5 the newest ch5-*.json)")
     p.add_argument("--list", action="store_true", help="print the plan and stop (no GPU needed)")
     return p
 
@@ -648,7 +675,7 @@ def main(argv=None) -> int:
     header["load_after"] = host_load()
     header["host_became_busy"] = header["load_after"]["busy"]
     out = Path(args.out) if args.out else bench.ROOT / "bench_results" / bench.machine_slug("cuda") / _dt.date.today().isoformat()
-    path = write_record(rows, header, out)
+    path = write_record(rows, header, out, args.name)
     for wfmt in formats:
         for M, K in shapes:
             print(table(rows, wfmt, M, K))

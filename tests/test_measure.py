@@ -121,3 +121,21 @@ def test_ratios_ceilings_best_and_record_round_trip(tmp_path):
     assert back["rows"] == json.loads(json.dumps(rows)) and back["header"] == {"tool": "test"}
     with pytest.raises(FileNotFoundError):
         ms.load_record(tmp_path / "gpu" / "none")
+
+
+def test_named_records_and_bench_rows(tmp_path):
+    rows = [_row("cuda_q4_0_q8_1_dp4a", "ours", 8, "cold", 100.0, min_us=90.0, samples=32),
+            _row("llama.cpp", "llama.cpp", 8, "cold", 20.0, min_us=19.0, samples=32),
+            _row("llama.cpp", "llama.cpp", 8, "warm", 15.0, min_us=14.0, samples=32)]
+    d = tmp_path / "gpu" / "2026-11-24"
+    ms.write_record(rows, {"tool": "a"}, d, "ch5")
+    ms.write_record(rows[:1], {"tool": "b"}, tmp_path / "tmp", "ch5")  # scratch: never picked
+    assert ms.load_record(tmp_path, "ch5")["header"] == {"tool": "a"}
+    with pytest.raises(FileNotFoundError):
+        ms.load_record(tmp_path)  # no sweep-*.json: a chapter-5 record is not chapter 6's
+    with pytest.raises(ValueError):
+        ms.write_record(rows, {}, d, "../x")
+    b = ms.as_bench_rows(rows)
+    assert [r["kernel"] for r in b] == ["cuda_q4_0_q8_1_dp4a", "ggml_cuda_q4_0"]
+    assert math.isclose(b[0]["median_ms"], 0.1) and b[0]["timing"] == "cupti-cold" and b[0]["afmt"] == "q8_1"
+    assert math.isclose(b[1]["gflops"], 2.0 * 4096 * 8 * 14336 / 20e-6 / 1e9)
