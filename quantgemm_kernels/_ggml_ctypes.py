@@ -46,6 +46,10 @@ _FUNCTIONS = {
     "ggml_graph_n_nodes": (c_int, [_P]),
     "ggml_nbytes": (c_size_t, [_P]),
     "ggml_row_size": (c_size_t, [c_int, c_int64]),
+    "ggml_type_name": (c_char_p, [c_int]),
+    "ggml_blck_size": (c_int64, [c_int]),
+    "ggml_type_size": (c_size_t, [c_int]),
+    "ggml_is_quantized": (c_bool, [c_int]),
     "ggml_quantize_chunk": (c_size_t, [c_int, POINTER(c_float), c_void_p, c_int64, c_int64, c_int64, POINTER(c_float)]),
     # ggml-alloc.h, ggml-backend.h
     "ggml_backend_alloc_ctx_tensors": (_P, [_P, _P]),
@@ -59,6 +63,10 @@ _FUNCTIONS = {
     "ggml_cpu_init": (None, []),
     "ggml_backend_cpu_init": (_P, []),
     "ggml_backend_cpu_set_n_threads": (None, [_P, c_int]),
+    "ggml_cpu_has_avx2": (c_int, []),
+    "ggml_cpu_has_avx_vnni": (c_int, []),
+    "ggml_cpu_has_avx512_vnni": (c_int, []),
+    "ggml_cpu_has_llamafile": (c_int, []),
 }
 _CUDA_FUNCTIONS = {  # ggml-cuda.h, bound only where libggml-cuda is there
     "ggml_backend_cuda_init": (_P, [c_int]),
