@@ -337,16 +337,20 @@ def measure_shape(wfmt: str, M: int, K: int, Ns, *, kernels=None, ggml: bool = T
         for k in ours:
             if "decode" in k.name and N > DECODE_MAX_N:
                 continue
-            mode = "sum_x" if k.sum_x else "d_sum_q"
+            # llama.cpp's activation bytes (s = sum(x)) wherever the kernel can take them: the
+            # kernels that quantize A themselves where they offer it, the others through the quantizer
+            mode = "sum_x" if (k.sum_x or not k.fused_quant) else "d_sum_q"
             m = api._SUM_MODE[mode]
 
-            def run(copies, calls, name=k.name, m=m, A=A):
+            def run(copies, calls, name=k.name, m=m, A=A, fused=k.fused_quant):
                 ws = Wqs[:copies]
-                return lambda: [ops.gemm(A, ws[i % copies], name, m) for i in range(calls)]
+                if fused:  # one op: the kernel's own quantizer, then the GEMM
+                    return lambda: [ops.gemm(A, ws[i % copies], name, m) for i in range(calls)]
+                return lambda: [ops.gemm(ops.quantize(A, "q8_1", m), ws[i % copies], name) for i in range(calls)]
 
             out = api.gemm(A, Wq, k.name, q8_1_sum=mode)
-            sides.append((Side(k.name, "ours", "activation quantizer + GEMM kernel (float32 A in, float32 C out)",
-                               mode), run, Cq, out))
+            sides.append((Side(k.name, "ours", "activation quantizer + GEMM kernel (float32 A in, float32 C out)"
+                               + ("" if k.fused_quant else "; two ops"), mode), run, Cq, out))
         if ggml:
             A_np = A.cpu().numpy()
 
