@@ -634,7 +634,7 @@ def info_line() -> str:
     if a["lib_dir"]:  # the standalone build
         src = (a["build"] or {}).get("source", "source unrecorded")
         return (f"ggml {a['ggml_version'] or '?'} (commit {a['ggml_commit']}; {src}) via {a['package']} "
-                f"from {a['lib_dir']} (backends: {backends})")
+                f"from $QUANTGEMM_GGML_LIB (backends: {backends})")
     return f"ggml {a['ggml_version'] or '?'} via {a['package']} {a['version']} (backends: {backends})"
 
 

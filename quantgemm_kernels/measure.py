@@ -34,6 +34,7 @@ import statistics
 import subprocess
 import sys
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -207,15 +208,17 @@ def profile_runs(runs: list[tuple]) -> list[dict]:
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for i, (fn, _calls) in enumerate(runs):
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Profiler clears events")  # one session per call: nothing lost
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for i, (fn, _calls) in enumerate(runs):
+                torch.cuda.synchronize()
+                _mark(i)
+                torch.cuda.synchronize()
+                fn()
+                torch.cuda.synchronize()
+            _mark(len(runs))
             torch.cuda.synchronize()
-            _mark(i)
-            torch.cuda.synchronize()
-            fn()
-            torch.cuda.synchronize()
-        _mark(len(runs))
-        torch.cuda.synchronize()
     acts = [Activity(e.name(), int(e.start_ns()), int(e.end_ns())) for e in prof.profiler.kineto_results.events()
             if e.device_type() == DeviceType.CUDA and e.duration_ns() > 0]
     segments = split_on_markers(acts, _marker_name())

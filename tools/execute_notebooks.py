@@ -1,6 +1,7 @@
 """Execute notebooks in place (the published outputs), then clean them for git.
 
     python tools/execute_notebooks.py notebooks/*.ipynb
+    python tools/execute_notebooks.py --clean-only NOTEBOOK...   # clean and check, no execution
 
 Run it on the machine whose outputs the book should show (an NVIDIA GPU for the published book).
 It keeps only kernelspec/language metadata and the widget state (so the static book shows the
@@ -31,17 +32,26 @@ SITE = re.compile(r"/[^\s'\"]*/(site-packages|dist-packages)/")
 LOCAL = re.compile(r"/(work|root|home|tmp|opt)/[A-Za-z0-9_.-]+")
 
 
+# ggml's CUDA backend logs one line per graph it captures; a timing cell captures dozens.
+GGML_NOISE = re.compile(r"^ggml_backend_cuda_graph_compute: CUDA graph warmup complete\n", re.M)
+
+
 def clean(text: str) -> str:
-    return SITE.sub("site-packages/", text).replace(str(ROOT) + "/", "").replace(str(ROOT), ".")
+    text = SITE.sub("site-packages/", text).replace(str(ROOT) + "/", "").replace(str(ROOT), ".")
+    lib = os.environ.get("QUANTGEMM_GGML_LIB")  # a standalone ggml's folder: named, not printed
+    if lib:
+        text = text.replace(os.path.realpath(lib), "$QUANTGEMM_GGML_LIB").replace(lib, "$QUANTGEMM_GGML_LIB")
+    return GGML_NOISE.sub("", text)
 
 
-def run(path: Path, timeout: int) -> list[str]:
+def run(path: Path, timeout: int, execute: bool = True) -> list[str]:
     nb = nbformat.read(path, as_version=4)
     os.environ["MPLBACKEND"] = INLINE_BACKEND
     t0 = time.time()
-    NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
-                   resources={"metadata": {"path": str(path.parent)}}).execute()
-    print(f"{path.name}: executed in {time.time() - t0:.1f} s", flush=True)
+    if execute:
+        NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
+                       resources={"metadata": {"path": str(path.parent)}}).execute()
+        print(f"{path.name}: executed in {time.time() - t0:.1f} s", flush=True)
     widgets = nb.metadata.get("widgets")
     version = nb.metadata.get("language_info", {}).get("version", "")
     nb.metadata = {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
@@ -59,6 +69,8 @@ def run(path: Path, timeout: int) -> list[str]:
             text = json.dumps(out)
             for m in LOCAL.finditer(text):
                 problems.append(f"{path.name} cell {i}: local path {m.group(0)!r}")
+        # streams that cleaning emptied (they held only ggml's graph log) are dropped
+        cell["outputs"] = [o for o in cell.get("outputs", []) if o.get("output_type") != "stream" or o["text"]]
     for i in cells_without_figures(nb):
         problems.append(f"{path.name} cell {i}: draws a figure but its output holds no image")
     nbformat.write(nb, path)
@@ -68,8 +80,10 @@ def run(path: Path, timeout: int) -> list[str]:
 if __name__ == "__main__":
     timeout = 1200
     problems = []
-    for p in sys.argv[1:]:
-        problems += run(Path(p).resolve(), timeout)
+    args = sys.argv[1:]
+    execute = "--clean-only" not in args  # clean and check outputs already there (e.g. fetched from a GPU)
+    for p in (a for a in args if a != "--clean-only"):
+        problems += run(Path(p).resolve(), timeout, execute)
     for line in problems:
         print("PROBLEM:", line)
     sys.exit(1 if problems else 0)
