@@ -209,7 +209,7 @@ def profile_runs(runs: list[tuple]) -> list[dict]:
     from torch.profiler import ProfilerActivity, profile
 
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Profiler clears events")  # one session per call: nothing lost
+        warnings.filterwarnings("ignore", message=".*Profiler clears events")  # one session per call: nothing lost
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for i, (fn, _calls) in enumerate(runs):
                 torch.cuda.synchronize()
