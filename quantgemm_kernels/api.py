@@ -181,8 +181,9 @@ def gemm(A: torch.Tensor, W: torch.Tensor, kernel: str, *, q8_1_sum: str | None 
 
     ``q8_1_sum`` (Q8_1 kernels): what the activations' ``s`` holds, as in :func:`quantize`;
     default the kernel's ``q8_1_sum`` (the reference quantizer's ``d * sum(q)``). ``"sum_x"`` gives
-    ggml-cuda's activation bytes, so the result matches llama.cpp's CUDA mul_mat to rounding; of the
-    fused kernels only those with ``sum_x`` (the decode kernels) offer it.
+    ggml-cuda's activation bytes for the same kind of kernel (``quantize_q8_1`` for decode, MMQ's
+    ``quantize_mmq_q8_1`` for the tensor-core kernels), so the result matches llama.cpp's CUDA
+    mul_mat to rounding; fused kernels offer it where the registry says ``sum_x``.
     """
     k = _kernel(kernel)
     _check_tensor(A, "A", torch.float32)
@@ -194,7 +195,7 @@ def gemm(A: torch.Tensor, W: torch.Tensor, kernel: str, *, q8_1_sum: str | None 
     if k.afmt == "f32" or k.fused_quant:
         if mode != "d_sum_q" and not k.sum_x:
             raise ValueError(f"kernel {k.name!r} quantizes A with the reference quantizer (s = d * sum(q)) "
-                             "and has no sum_x mode; the decode kernels have one")
+                             "and has no sum_x mode (a step of the ladder)")
         _check_pair(A, W, k, "f32")
         _check_sm(A, k)
         return _ops().gemm(A, W, k.name, _SUM_MODE[mode])

@@ -30,9 +30,11 @@ class Kernel:
     #: round trip (chapter 6; llama.cpp's mul_mat does the same). A non-finite activation block
     #: then makes every output it touches NaN instead of raising.
     fused_quant: bool = False
-    #: fused_quant kernels only: True where the kernel reads Q8_1's s and can quantize A with
-    #: ggml-cuda's s = sum(x) on request (``gemm(..., q8_1_sum="sum_x")``), so its output matches
-    #: llama.cpp's CUDA mul_mat on the same bytes to rounding. The others take the reference's.
+    #: fused_quant kernels only: True where the kernel can quantize A as llama.cpp's CUDA backend
+    #: does for the same kind of kernel (``gemm(..., q8_1_sum="sum_x")``): the decode kernels as
+    #: ``quantize_q8_1`` (s = sum(x), which MMVQ reads), the tensor-core kernels as MMQ's
+    #: ``quantize_mmq_q8_1`` (x * 127/amax; d kept in float32 for Q8_0 weights). Their output then
+    #: matches llama.cpp's mul_mat on the same bytes to float rounding. Default: the reference's bytes.
     sum_x: bool = False
     min_sm: tuple = (0, 0)  #: oldest CUDA compute capability the kernel runs on
     #: newest one: (9, 0) for code built for sm_90a (wgmma), which runs on compute capability 9.0 only
@@ -86,31 +88,31 @@ _CUDA = [
            sum_x=True),
     Kernel("cuda_q4_0_q8_1_mma_regstage", "cuda", "q4_0", "q8_1", 6,
            "int8 tensor cores (mma.sync m16n8k32), 128x128 tiles, weights staged in registers",
-           fused_quant=True, min_sm=(8, 0), q4_0_formula="signed"),
+           fused_quant=True, min_sm=(8, 0), q4_0_formula="signed", sum_x=True),
     Kernel("cuda_q4_0_q8_1_mma", "cuda", "q4_0", "q8_1", 6,
            "int8 tensor cores, 128x128 tiles, weights unpacked once per CTA, ldmatrix", fused_quant=True,
-           min_sm=(8, 0), q4_0_formula="signed"),
+           min_sm=(8, 0), q4_0_formula="signed", sum_x=True),
     Kernel("cuda_q4_0_q8_1_mma_packed", "cuda", "q4_0", "q8_1", 6,
            "the same, weights kept packed in shared memory, unpacked at every fragment read", fused_quant=True,
-           min_sm=(8, 0), q4_0_formula="signed"),
+           min_sm=(8, 0), q4_0_formula="signed", sum_x=True),
     Kernel("cuda_q4_0_q8_1_wgmma", "cuda", "q4_0", "q8_1", 6,
            "Hopper wgmma from shared memory, scaling overlapped with the next block, offset added by the tensor cores",
-           fused_quant=True, min_sm=(9, 0), max_sm=(9, 0), q4_0_formula="signed"),
+           fused_quant=True, min_sm=(9, 0), max_sm=(9, 0), q4_0_formula="signed", sum_x=True),
     Kernel("cuda_q4_0_q8_1_wgmma_ws", "cuda", "q4_0", "q8_1", 6,
            "the wgmma step with a producer warpgroup (copies, unpacking) and two consumer warpgroups, mbarriers",
-           fused_quant=True, min_sm=(9, 0), max_sm=(9, 0), q4_0_formula="signed"),
+           fused_quant=True, min_sm=(9, 0), max_sm=(9, 0), q4_0_formula="signed", sum_x=True),
     Kernel("cuda_q8_0_q8_1_decode", "cuda", "q8_0", "q8_1", 6,
            "decode: activations quantized once, copied by every CTA (PDL)", fused_quant=True, min_sm=(8, 0),
            sum_x=True),
     Kernel("cuda_q8_0_q8_1_mma", "cuda", "q8_0", "q8_1", 6,
            "int8 tensor cores, 128x128 tiles, weights unpacked once per CTA, ldmatrix", fused_quant=True,
-           min_sm=(8, 0)),
+           min_sm=(8, 0), sum_x=True),
     Kernel("cuda_q8_0_q8_1_wgmma", "cuda", "q8_0", "q8_1", 6,
            "Hopper wgmma from shared memory, scaling overlapped with the next block, offset added by the tensor cores",
-           fused_quant=True, min_sm=(9, 0), max_sm=(9, 0)),
+           fused_quant=True, min_sm=(9, 0), max_sm=(9, 0), sum_x=True),
     Kernel("cuda_q8_0_q8_1_wgmma_ws", "cuda", "q8_0", "q8_1", 6,
            "the wgmma step with a producer warpgroup (copies, unpacking) and two consumer warpgroups, mbarriers",
-           fused_quant=True, min_sm=(9, 0), max_sm=(9, 0)),
+           fused_quant=True, min_sm=(9, 0), max_sm=(9, 0), sum_x=True),
 ]
 
 KERNELS: dict[str, Kernel] = {k.name: k for k in sorted(_CPU + _CUDA, key=lambda k: k.chapter)}

@@ -114,8 +114,13 @@ def test_kernels_know_the_gpus_they_run_on():
 SUM_X = [k for k in qk.KERNELS.values() if k.sum_x]
 
 
-def test_only_kernels_that_read_s_offer_the_sum_x_mode():
-    assert {k.name for k in SUM_X} == {"cuda_q4_0_q8_1_decode", "cuda_q8_0_q8_1_decode"}
+DECODE_SUM_X = [k for k in SUM_X if "decode" in k.name]
+MMQ_SUM_X = [k for k in SUM_X if "mma" in k.name]  # mma and wgmma steps: MMQ's quantizer
+
+
+def test_every_chapter_6_kernel_but_a_ladder_step_offers_the_sum_x_mode():
+    assert {k.name for k in SUM_X} == {n for n in FUSED if n != "cuda_q4_0_q8_1_decode_fused"}
+    assert {k.name for k in DECODE_SUM_X} == {"cuda_q4_0_q8_1_decode", "cuda_q8_0_q8_1_decode"}
     assert all(k.fused_quant for k in SUM_X)
 
 
@@ -126,7 +131,7 @@ def test_kernels_without_the_mode_refuse_it_before_launching(kernel):
 
 
 @requires_cuda
-@pytest.mark.parametrize("kernel", [kernel_param(k) for k in SUM_X])
+@pytest.mark.parametrize("kernel", [kernel_param(k) for k in DECODE_SUM_X])
 @pytest.mark.parametrize("dist", ["normal", "outliers", "tiny", "zeros"])
 @pytest.mark.parametrize("M,N,K", [(1, 1, 32), (33, 5, 160), (257, 9, 2048), (129, 3, 4096)], ids=lambda v: str(v))
 def test_sum_x_mode_computes_with_ggml_cudas_activation_bytes(kernel, dist, M, N, K):
@@ -156,12 +161,20 @@ def _ggml_cuda():
     return llamacpp.available()["cuda_backend"]
 
 
+# ggml-cuda runs MMVQ for N <= 8 and MMQ above (on tensor-core GPUs): each kind of ours against its
+# counterpart
+SUM_X_CASES = ([(k, s) for k in DECODE_SUM_X for s in [(4096, 1, 14336), (1000, 3, 4096), (257, 8, 2048), (130, 5, 256)]]
+               + [(k, s) for k in MMQ_SUM_X for s in [(4096, 16, 14336), (1000, 64, 4096), (257, 300, 2048), (130, 9, 256)]])
+
+
 @requires_cuda
-@pytest.mark.parametrize("kernel", [kernel_param(k) for k in SUM_X])
-@pytest.mark.parametrize("M,N,K", [(4096, 1, 14336), (1000, 3, 4096), (257, 8, 2048), (130, 5, 256)], ids=lambda v: str(v))
-def test_sum_x_mode_matches_llamacpps_cuda_mul_mat(kernel, M, N, K):
-    """The same bytes give llama.cpp's numbers: MMVQ's output and ours in the sum_x mode differ by
-    float rounding only (NMSE <= 1e-9), where the default mode differs by s's fp16 rounding (~1e-4)."""
+@pytest.mark.parametrize("kernel,shape", [pytest.param(k.name, s, marks=kernel_param(k).marks, id=f"{k.name}-{s}")
+                                          for k, s in SUM_X_CASES])
+def test_sum_x_mode_matches_llamacpps_cuda_mul_mat(kernel, shape):
+    """The same bytes give llama.cpp's numbers: in the sum_x mode our decode kernels' output and
+    MMVQ's, our tensor-core kernels' and MMQ's, differ by float rounding only (NMSE <= 1e-9), where
+    the default mode differs by s's fp16 rounding (decode, ~1e-4) or MMQ's own quantizer (~5e-8)."""
+    M, N, K = shape
     if not _ggml_cuda():
         pytest.skip("no ggml CUDA backend here (QUANTGEMM_GGML_LIB or ggml-py built with CUDA)")
     from quantgemm_kernels import llamacpp
@@ -173,3 +186,36 @@ def test_sum_x_mode_matches_llamacpps_cuda_mul_mat(kernel, M, N, K):
     ours = qk.gemm(A.cuda(), Wq, kernel, q8_1_sum="sum_x").cpu().numpy()
     theirs = llamacpp.ggml_mul_mat(Wq.cpu().numpy(), A.numpy(), k.wfmt, backend="cuda")
     assert R.nmse(ours, theirs) <= 1e-9
+
+
+
+@requires_cuda
+@pytest.mark.parametrize("kernel", [kernel_param(k) for k in WGMMA])
+@pytest.mark.parametrize("dist", ["normal", "outliers", "tiny", "zeros"])
+def test_wgmma_equals_mma_bit_for_bit_in_the_sum_x_mode_too(kernel, dist):
+    """MMQ's quantizer in both layouts: the same quants and scales, so the same outputs."""
+    from quantgemm_kernels.testing import kernel_inputs
+
+    k = qk.KERNELS[kernel]
+    A, W = kernel_inputs(k, 300, 261, 1056, dist, seed=7)
+    At, Wq = torch.from_numpy(A).cuda(), qk.quantize(torch.from_numpy(W).cuda(), k.wfmt)
+    C = qk.gemm(At, Wq, kernel, q8_1_sum="sum_x")
+    assert torch.equal(C, qk.gemm(At, Wq, re.sub(r"wgmma.*", "mma", kernel), q8_1_sum="sum_x"))
+
+
+@requires_cuda
+@pytest.mark.parametrize("kernel", [kernel_param(k) for k in MMQ_SUM_X])
+@pytest.mark.parametrize("dist", ["normal", "outliers", "tiny", "zeros"])
+def test_mmq_mode_differs_from_the_reference_quantizer_by_rounding_only(kernel, dist):
+    """MMQ's quantizer (x * 127/amax, approximate divisions) moves a quant by one step now and then,
+    and for Q8_0 keeps d unrounded: against the reference's bytes the outputs differ far below the
+    error of quantizing the activations at all (~1e-4), and NaN appears only where it should."""
+    from quantgemm_kernels.testing import kernel_inputs
+
+    k = qk.KERNELS[kernel]
+    A, W = kernel_inputs(k, 129, 33, 4096, dist, seed=3)
+    At, Wq = torch.from_numpy(A).cuda(), qk.quantize(torch.from_numpy(W).cuda(), k.wfmt)
+    C = qk.gemm(At, Wq, kernel, q8_1_sum="sum_x").cpu().numpy()
+    ref = R.gemm_wq_aq8_1(qk.quantize(At, "q8_1").cpu().numpy(), Wq.cpu().numpy(), k.wfmt, q4_0_formula=k.q4_0_formula)
+    assert np.isfinite(C).all()
+    assert R.nmse(C, ref) <= 1e-6 if np.any(ref) else not np.any(C)

@@ -228,10 +228,13 @@ at::Tensor dequantize_cuda(const at::Tensor& q, c10::string_view fmt_sv) {
     return y;
 }
 
-// The kernels that quantize A themselves and read Q8_1's s (the compensated formula): only they
-// have a choice of s. The mma and wgmma kernels use the signed formula and never read s.
+// The kernels that quantize A themselves and can do it as llama.cpp's CUDA backend does for the same
+// kernel kind (Q8_1_S_SUM_X): the decode kernels as quantize_q8_1 (s = sum(x), which MMVQ reads),
+// the tensor-core kernels as MMQ's quantize_mmq_q8_1. decode_fused, a step of the ladder, cannot.
 bool has_sum_mode(const std::string& kernel) {
-    return kernel == "cuda_q4_0_q8_1_decode" || kernel == "cuda_q8_0_q8_1_decode";
+    return kernel.rfind("cuda_", 0) == 0 && kernel != "cuda_q4_0_q8_1_decode_fused" &&
+           (kernel.find("_decode") != std::string::npos || kernel.find("_mma") != std::string::npos ||
+            kernel.find("_wgmma") != std::string::npos);
 }
 
 at::Tensor gemm_cuda(const at::Tensor& A, const at::Tensor& W, c10::string_view kernel_sv, int64_t sum_mode) {

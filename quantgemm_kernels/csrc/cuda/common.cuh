@@ -123,6 +123,28 @@ __device__ __forceinline__ void quantize_q8_1_thread_sum_x(const float* x, int* 
     s16 = finite ? fp32_to_fp16(t[0]) : (fp16_bits)0x7E00;
 }
 
+// ggml-cuda's MMQ activation quantizer (quantize_mmq_q8_1) for one block, by a whole warp: lane j
+// holds value j. d_inv = 127 / amax, q = round(x * d_inv), d = 1 / d_inv. ggml-cuda is compiled with
+// -use_fast_math, so its two divisions are the approximate ones (__fdividef); ours are too. MMQ keeps
+// d as fp16 beside the sum for Q4_0 weights (half2 (d, s)) and as a float32 for Q8_0 weights, which
+// never read s: d_fp16 says which. An all-zero block gets zero quants and d = 0 (ggml divides by
+// zero there and converts NaN); a non-finite value makes d NaN, as quantize_q8_1_lane does.
+__device__ __forceinline__ int quantize_mmq_lane(float v, bool d_fp16, float& d_out) {
+    if (__any_sync(QG_FULL_MASK, !isfinite(v))) {
+        d_out = __int_as_float(0x7FC00000);  // NaN
+        return 0;
+    }
+    const float amax = warp_max(fabsf(v));
+    if (amax == 0.0f) {
+        d_out = 0.0f;
+        return 0;
+    }
+    const float d_inv = __fdividef(127.0f, amax);
+    const float d = __fdividef(1.0f, d_inv);
+    d_out = d_fp16 ? scale_to_float(fp32_to_fp16(d)) : d;
+    return (int)roundf(__fmul_rn(v, d_inv));
+}
+
 // Word j (4 bytes) of a byte string held as 32-bit words, starting at byte `off`. After unrolling,
 // `off` is a constant: one register, or one funnel shift of two.
 __device__ __forceinline__ int word_at(const uint32_t* raw, int off) {

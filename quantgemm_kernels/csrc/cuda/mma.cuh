@@ -22,24 +22,32 @@ constexpr float MMA_MAGIC_F = 12582912.0f;   // the same number as a float
 
 namespace {
 // One warp per block; writes quants to qs [rows][K] and (d, -MMA_MAGIC_F * d) to ds [rows][K/32].
+// sum_mode Q8_1_S_SUM_X: MMQ's own activation quantizer (quantize_mmq_lane), d_fp16 as it keeps d.
 __global__ void mma_quantize_act_kernel(const float* __restrict__ x, int8_t* __restrict__ qs,
-                                        float2* __restrict__ ds, int64_t total) {
+                                        float2* __restrict__ ds, int64_t total, int sum_mode, bool d_fp16) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i - (threadIdx.x % 32) >= total) return;  // whole warps in or out (total % 32 == 0)
-    fp16_bits d16, s16;
-    qs[i] = (int8_t)quantize_q8_1_lane(x[i], d16, s16);
-    const float d = scale_to_float(d16);
+    float d;
+    if (sum_mode == Q8_1_S_SUM_X) {
+        qs[i] = (int8_t)quantize_mmq_lane(x[i], d_fp16, d);
+    } else {
+        fp16_bits d16, s16;
+        qs[i] = (int8_t)quantize_q8_1_lane(x[i], d16, s16);
+        d = scale_to_float(d16);
+        (void)s16;  // the signed formula needs no s
+    }
     if (threadIdx.x % 32 == 0) ds[i / 32] = make_float2(d, -MMA_MAGIC_F * d);
-    (void)s16;  // the signed formula needs no s
 }
 }  // namespace
 
 // p.A (float32 [N, K]) -> p.workspace (act_workspace_bytes in gemm.h): quants, then (d, c).
-inline void mma_quantize_acts(const GemmProblem& p, cudaStream_t stream, int8_t*& aq, float2*& ads) {
+// d_fp16: how MMQ keeps d in p.q8_1_sum_mode's MMQ mode (Q4_0 weights: fp16; Q8_0: float32).
+inline void mma_quantize_acts(const GemmProblem& p, cudaStream_t stream, int8_t*& aq, float2*& ads, bool d_fp16) {
     const int64_t total = (int64_t)p.N * p.K;
     aq = (int8_t*)p.workspace;
     ads = (float2*)(aq + ((total + 15) / 16) * 16);
-    mma_quantize_act_kernel<<<(unsigned)((total + 255) / 256), 256, 0, stream>>>((const float*)p.A, aq, ads, total);
+    mma_quantize_act_kernel<<<(unsigned)((total + 255) / 256), 256, 0, stream>>>((const float*)p.A, aq, ads, total,
+                                                                                  p.q8_1_sum_mode, d_fp16);
 }
 
 // D = A (16 x 32, rows) * B (32 x 8, columns) + c in every element of the accumulator input.

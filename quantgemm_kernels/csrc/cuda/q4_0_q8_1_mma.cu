@@ -223,7 +223,7 @@ void gemm_q8_1_mma(const GemmProblem& p, cudaStream_t stream) {
     constexpr bool P = KEEP_PACKED;
     int8_t* aq;
     float2* ads;
-    mma_quantize_acts(p, stream, aq, ads);
+    mma_quantize_acts(p, stream, aq, ads, WF::offset == 8);  // Q4_0: MMQ keeps d in fp16
     const size_t smem = 2 * sizeof(Tile<WF, P>) + (size_t)BM * PARTS * Raw<WF>::CHUNKS * 16;
     cudaFuncSetAttribute(mma_kernel<WF, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     mma_launch_slices<BN>(p, aq, ads, [&](const int8_t* aq_n, const float2* ads_n, float* C_n, int n) {

@@ -43,8 +43,11 @@ namespace {
 // token with a byte per lane, a 32-lane reduction and 64-bit index arithmetic per value, took about
 // 50 us of the 0.224 ms product at n = 512, k = 14336 on an H200; this one 12.5 us.)
 // The roundings are quantize_q8_1_lane's, value by value, so the bytes are the same.
+// sum_mode Q8_1_S_SUM_X: MMQ's own quantizer instead (quantize_mmq_lane's roundings, d_fp16 as MMQ
+// keeps d).
 __global__ void __launch_bounds__(256) wgmma_quantize_act_kernel(const float* __restrict__ x,
-                                                                 uint8_t* __restrict__ ws, int N, int K, int steps) {
+                                                                 uint8_t* __restrict__ ws, int N, int K, int steps,
+                                                                 int sum_mode, bool d_fp16) {
     allow_dependent_launch();  // a kernel launched with PDL may start: it waits for our writes itself
     const int lane = threadIdx.x % 32, b = threadIdx.x / 32, p = lane % 4;
     const int64_t n = (int64_t)blockIdx.x * 8 + lane / 4;  // this lane's token; CTAs cover the tiles exactly
@@ -68,8 +71,10 @@ __global__ void __launch_bounds__(256) wgmma_quantize_act_kernel(const float* __
         amax = fmaxf(amax, __shfl_xor_sync(QG_FULL_MASK, amax, 1));
         amax = fmaxf(amax, __shfl_xor_sync(QG_FULL_MASK, amax, 2));
         const bool nonfinite = (__ballot_sync(QG_FULL_MASK, !finite) >> (lane & ~3)) & 0xFu;
-        const float d = __fdiv_rn(amax, 127.0f);
-        const float id = inverse_scale(d);
+        const bool mmq = sum_mode == Q8_1_S_SUM_X;
+        const float d_inv = amax == 0.0f ? 0.0f : __fdividef(127.0f, amax);  // MMQ's (quantize_mmq_lane)
+        const float d = mmq ? (amax == 0.0f ? 0.0f : __fdividef(1.0f, d_inv)) : __fdiv_rn(amax, 127.0f);
+        const float id = mmq ? d_inv : inverse_scale(d);
         uint32_t w[2] = {0, 0};
 #pragma unroll
         for (int j = 0; j < 8; j++)
@@ -78,7 +83,9 @@ __global__ void __launch_bounds__(256) wgmma_quantize_act_kernel(const float* __
         uint8_t* unit = ws + (tile * steps + s) * QG_WGMMA_UNIT_BYTES;
         *(uint2*)&unit[b * BN * QK + core_offset(nl, p / 2) + 8 * (p % 2)] = make_uint2(w[0], w[1]);
         if (p == 0) {
-            const float da = scale_to_float(nonfinite ? (fp16_bits)0x7E00 : fp32_to_fp16(d)) * DA_SCALE;
+            const float dk = nonfinite ? __int_as_float(0x7FC00000)
+                             : (!mmq || d_fp16) ? scale_to_float(fp32_to_fp16(d)) : d;
+            const float da = dk * DA_SCALE;
             ((float2*)(unit + KB * BN * QK))[b * BN + nl] = make_float2(da, da * C_SCALE);
         }
     }
@@ -289,7 +296,8 @@ void wgmma_prepare_and_launch(const GemmProblem& p, cudaStream_t stream, Launch 
     const int nb = p.K / QK, steps = (nb + KB - 1) / KB, tiles = (p.N + BN - 1) / BN;
     uint8_t* ws = (uint8_t*)p.workspace;
     const dim3 qgrid((unsigned)tiles * (BN / 8), (unsigned)std::min(steps, 65535));
-    wgmma_quantize_act_kernel<<<qgrid, 256, 0, stream>>>((const float*)p.A, ws, p.N, p.K, steps);
+    wgmma_quantize_act_kernel<<<qgrid, 256, 0, stream>>>((const float*)p.A, ws, p.N, p.K, steps, p.q8_1_sum_mode,
+                                                         WF::offset == 8);  // Q4_0: MMQ keeps d in fp16
     CUtensorMap wmap{};
     if (nb % KB == 0) {
         static PFN_encode encode = tensor_map_encoder();
