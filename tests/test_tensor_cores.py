@@ -192,30 +192,42 @@ def test_sum_x_mode_matches_llamacpps_cuda_mul_mat(kernel, shape):
 @requires_cuda
 @pytest.mark.parametrize("kernel", [kernel_param(k) for k in WGMMA])
 @pytest.mark.parametrize("dist", ["normal", "outliers", "tiny", "zeros"])
-def test_wgmma_equals_mma_bit_for_bit_in_the_sum_x_mode_too(kernel, dist):
-    """MMQ's quantizer in both layouts: the same quants and scales, so the same outputs."""
+def test_wgmma_equals_mma_in_the_sum_x_mode_too(kernel, dist):
+    """MMQ's quantizer in both layouts: the same quants and scales. With Q4_0 weights (d in fp16)
+    the outputs are the same bits. With Q8_0 weights MMQ keeps d_a as a float32 (24 significant
+    bits), and the mma step's magic-number conversion is exact only for a d_a of at most 22
+    (mma.cuh: c = -1.5 * 2^23 * d_a must be a float), so there the two differ by one rounding of c."""
     from quantgemm_kernels.testing import kernel_inputs
 
     k = qk.KERNELS[kernel]
     A, W = kernel_inputs(k, 300, 261, 1056, dist, seed=7)
     At, Wq = torch.from_numpy(A).cuda(), qk.quantize(torch.from_numpy(W).cuda(), k.wfmt)
     C = qk.gemm(At, Wq, kernel, q8_1_sum="sum_x")
-    assert torch.equal(C, qk.gemm(At, Wq, re.sub(r"wgmma.*", "mma", kernel), q8_1_sum="sum_x"))
+    C_mma = qk.gemm(At, Wq, re.sub(r"wgmma.*", "mma", kernel), q8_1_sum="sum_x")
+    if k.wfmt == "q4_0" or dist == "zeros":
+        assert torch.equal(C, C_mma)
+    else:
+        assert R.nmse(C_mma.cpu().numpy(), C.cpu().numpy()) <= 1e-9
 
 
 @requires_cuda
 @pytest.mark.parametrize("kernel", [kernel_param(k) for k in MMQ_SUM_X])
 @pytest.mark.parametrize("dist", ["normal", "outliers", "tiny", "zeros"])
-def test_mmq_mode_differs_from_the_reference_quantizer_by_rounding_only(kernel, dist):
+def test_mmq_mode_is_as_accurate_as_the_reference_quantizer(kernel, dist):
     """MMQ's quantizer (x * 127/amax, approximate divisions) moves a quant by one step now and then,
-    and for Q8_0 keeps d unrounded: against the reference's bytes the outputs differ far below the
-    error of quantizing the activations at all (~1e-4), and NaN appears only where it should."""
+    and for Q8_0 keeps d unrounded (tiny activations then keep scales that fp16 would flush to zero).
+    Against the product with float activations, which both approximate, it is no less accurate than
+    the reference quantizer's bytes, and it writes every output."""
     from quantgemm_kernels.testing import kernel_inputs
 
     k = qk.KERNELS[kernel]
     A, W = kernel_inputs(k, 129, 33, 4096, dist, seed=3)
     At, Wq = torch.from_numpy(A).cuda(), qk.quantize(torch.from_numpy(W).cuda(), k.wfmt)
     C = qk.gemm(At, Wq, kernel, q8_1_sum="sum_x").cpu().numpy()
-    ref = R.gemm_wq_aq8_1(qk.quantize(At, "q8_1").cpu().numpy(), Wq.cpu().numpy(), k.wfmt, q4_0_formula=k.q4_0_formula)
+    C_ref_bytes = qk.gemm(At, Wq, kernel).cpu().numpy()
+    exact = R.gemm_wq_af32(A, Wq.cpu().numpy(), k.wfmt)
     assert np.isfinite(C).all()
-    assert R.nmse(C, ref) <= 1e-6 if np.any(ref) else not np.any(C)
+    if not np.any(exact):
+        assert not np.any(C)
+    else:
+        assert R.nmse(C, exact) <= 1.5 * R.nmse(C_ref_bytes, exact) + 1e-12
