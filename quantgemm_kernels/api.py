@@ -195,7 +195,7 @@ def gemm(A: torch.Tensor, W: torch.Tensor, kernel: str, *, q8_1_sum: str | None 
     if k.afmt == "f32" or k.fused_quant:
         if mode != "d_sum_q" and not k.sum_x:
             raise ValueError(f"kernel {k.name!r} quantizes A with the reference quantizer (s = d * sum(q)) "
-                             "and has no sum_x mode (a step of the ladder)")
+                             "and has no sum_x mode (the registry's sum_x says which kernels have one)")
         _check_pair(A, W, k, "f32")
         _check_sm(A, k)
         return _ops().gemm(A, W, k.name, _SUM_MODE[mode])

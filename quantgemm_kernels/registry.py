@@ -35,6 +35,8 @@ class Kernel:
     #: ``quantize_q8_1`` (s = sum(x), which MMVQ reads), the tensor-core kernels as MMQ's
     #: ``quantize_mmq_q8_1`` (x * 127/amax; d kept in float32 for Q8_0 weights). Their output then
     #: matches llama.cpp's mul_mat on the same bytes to float rounding. Default: the reference's bytes.
+    #: Not offered by decode_fused (a ladder step) and the Q8_0 mma step, whose magic-number
+    #: conversion is exact only for a d_a of at most 22 significant bits (MMQ keeps a float32 d there).
     sum_x: bool = False
     min_sm: tuple = (0, 0)  #: oldest CUDA compute capability the kernel runs on
     #: newest one: (9, 0) for code built for sm_90a (wgmma), which runs on compute capability 9.0 only
@@ -106,7 +108,7 @@ _CUDA = [
            sum_x=True),
     Kernel("cuda_q8_0_q8_1_mma", "cuda", "q8_0", "q8_1", 6,
            "int8 tensor cores, 128x128 tiles, weights unpacked once per CTA, ldmatrix", fused_quant=True,
-           min_sm=(8, 0), sum_x=True),
+           min_sm=(8, 0)),
     Kernel("cuda_q8_0_q8_1_wgmma", "cuda", "q8_0", "q8_1", 6,
            "Hopper wgmma from shared memory, scaling overlapped with the next block, offset added by the tensor cores",
            fused_quant=True, min_sm=(9, 0), max_sm=(9, 0), sum_x=True),

@@ -232,7 +232,10 @@ at::Tensor dequantize_cuda(const at::Tensor& q, c10::string_view fmt_sv) {
 // kernel kind (Q8_1_S_SUM_X): the decode kernels as quantize_q8_1 (s = sum(x), which MMVQ reads),
 // the tensor-core kernels as MMQ's quantize_mmq_q8_1. decode_fused, a step of the ladder, cannot.
 bool has_sum_mode(const std::string& kernel) {
+    // Not the Q8_0 mma step: MMQ keeps d_a in float32 there, and mma's magic-number conversion is
+    // exact only for a d_a of at most 22 significant bits (mma.cuh).
     return kernel.rfind("cuda_", 0) == 0 && kernel != "cuda_q4_0_q8_1_decode_fused" &&
+           kernel != "cuda_q8_0_q8_1_mma" &&
            (kernel.find("_decode") != std::string::npos || kernel.find("_mma") != std::string::npos ||
             kernel.find("_wgmma") != std::string::npos);
 }

@@ -23,9 +23,10 @@ constexpr float MMA_MAGIC_F = 12582912.0f;   // the same number as a float
 namespace {
 // One warp per block; writes quants to qs [rows][K] and (d, -MMA_MAGIC_F * d) to ds [rows][K/32].
 // sum_mode Q8_1_S_SUM_X: MMQ's own activation quantizer (quantize_mmq_lane), d_fp16 as it keeps d.
-// With a float32 d (Q8_0 weights) c = -MMA_MAGIC_F * d needs 26 significant bits and is rounded:
-// the magic-number conversion is then off by that rounding (NMSE ~1e-9 against MMQ, where the
-// wgmma steps, which scale by a power of two instead, agree to ~1e-13).
+// With a float32 d (MMQ's for Q8_0 weights) c = -MMA_MAGIC_F * d needs 26 significant bits and is
+// rounded, which costs up to d/2 per block result (measured: NMSE ~1e-9 against MMQ, more on data
+// with outliers); the binding therefore offers the mode to the Q4_0 mma steps only (fp16 d). The
+// wgmma steps scale by a power of two instead and take either.
 __global__ void mma_quantize_act_kernel(const float* __restrict__ x, int8_t* __restrict__ qs,
                                         float2* __restrict__ ds, int64_t total, int sum_mode, bool d_fp16) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
