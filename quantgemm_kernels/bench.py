@@ -21,6 +21,7 @@ import argparse
 import csv
 import datetime as _dt
 import fnmatch
+import itertools
 import json
 import os
 import platform
@@ -387,6 +388,7 @@ def _row_base(k: Kernel, M: int, N: int, K: int, include_activation_quant: bool)
             "act_quant_timed": k.afmt != "f32" and (include_activation_quant or k.name.startswith("ggml_")),
             "baseline": "", "speedup_vs_naive": None, "speedup_basis": "",
             "batch": 1,  # calls per timed sample (1: call by call; >1: test-backend-ops style)
+            "cache": "warm" if k.device == "cuda" else "n/a", "copies": 1,
             "timing": "ggml" if k.name.startswith("ggml_") else ""}  # events, cuda-graph, perf_counter
 
 
@@ -401,7 +403,7 @@ def _time_ggml(k: Kernel, A, W, M, N, K, warmup, reps):
 def run_sweep(kernels=None, shapes="small", *, warmup: int = 2, reps: int = 10, max_seconds: float = 1.0,
               include_activation_quant: bool = True, seed: int = 0, progress: bool = True,
               baseline: bool = True, ggml: bool = False, batched: bool | None = None,
-              graph: bool = False) -> list[dict]:
+              graph: bool = False, cache: str = "warm") -> list[dict]:
     """Time kernels over shapes; one dict per (kernel, shape), skipped ones included.
 
     ``kernels``: names, :class:`Kernel` objects, glob patterns, or None for all registered ones
@@ -414,7 +416,14 @@ def run_sweep(kernels=None, shapes="small", *, warmup: int = 2, reps: int = 10, 
     back to back per sample (see the module docstring). ``graph``: CUDA kernels that take float32
     activations are timed as CUDA-graph replays of those calls (:func:`time_samples`); the row's
     ``timing`` says how each row was timed.
+
+    ``cache`` (CUDA kernels): ``"warm"``, every call on the same weights (they stay in the L2 when
+    they fit), or ``"cold"``, call i on weight copy i mod C, the C copies together at least 4x the
+    L2 (``measure.copies_for``), as a model's layers are read; every timed sample is then a whole
+    number of rotations. The ``cache`` and ``copies`` columns say which.
     """
+    if cache not in ("warm", "cold"):
+        raise ValueError(f"cache must be 'warm' or 'cold', got {cache!r}")
     if batched is None:
         batched = ggml or graph or any(getattr(k, "name", str(k)).startswith("ggml_") for k in (kernels or []))
     from . import api
@@ -504,6 +513,17 @@ def run_sweep(kernels=None, shapes="small", *, warmup: int = 2, reps: int = 10, 
                     per_sample = (est or 0.0) * row["batch"]
                     n = reps if est is None else min(reps, max(3, int(_REP_BUDGET_S / max(per_sample, 1e-9))))
                     fn = _kernel_call(k, A, Wk, include_activation_quant)
+                    if cache == "cold" and k.device == "cuda":
+                        from .measure import copies_for
+
+                        l2 = torch.cuda.get_device_properties(A.device).L2_cache_size
+                        ws = [Wk] + [Wk.clone() for _ in range(copies_for(Wk.numel() * Wk.element_size(), l2) - 1)]
+                        calls = [_kernel_call(k, A, w, include_activation_quant) for w in ws]
+                        turn = itertools.cycle(calls)
+                        fn = lambda: next(turn)()  # noqa: E731 - the next copy on every call
+                        row["copies"] = len(ws)
+                        row["batch"] = len(ws) * -(-row["batch"] // len(ws))  # whole rotations per sample
+                    row["cache"] = cache if k.device == "cuda" else "n/a"
                     use_graph = graph and k.device == "cuda" and (k.afmt == "f32" or k.fused_quant)
                     row["timing"] = "cuda-graph" if use_graph else "events" if k.device == "cuda" else "perf_counter"
                     t = time_callable(fn, k.device, warmup=warmup if est is None or est < 0.5 else 1, reps=n,
@@ -617,6 +637,8 @@ COLUMNS = {
     "median_ms": "median time of one call", "min_ms": "fastest call", "reps": "timed samples",
     "batch": "calls per sample: 1 = call by call; R = R back-to-back calls (ggml: R mul_mat nodes in one graph)",
     "timing": "events (CUDA events around Python calls), cuda-graph (replay of captured calls), perf_counter (CPU), ggml",
+    "cache": "CUDA: warm (the same weights every call) or cold (rotation over copies >= 4x the L2); n/a on a CPU",
+    "copies": "weight copies rotated over (1: warm)",
     "tflops": "2*M*N*K / median time / 1e12", "gflops": "the same in GFLOP/s",
     "gbps": "bytes / median time / 1e9", "bytes": "fewest bytes a call must move (weights, activations as read, C)",
     "est_ms": "estimated time of one call from probe runs (slow kernels only)",
@@ -737,6 +759,19 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def cold_warm_table(cold: list[dict], warm: list[dict]) -> str:
+    """Per (kernel, shape) timed both ways: the cold and the warm median and their ratio."""
+    key = lambda r: (r["kernel"], r["M"], r["N"], r["K"])  # noqa: E731
+    w = {key(r): r for r in warm if r["status"] == "ok"}
+    head = f"{'kernel':26s} {'M':>5s} {'N':>4s} {'K':>6s} {'cold ms':>10s} {'warm ms':>10s} {'cold/warm':>9s}"
+    lines = [head, "-" * len(head)]
+    for r in cold:
+        if r["status"] == "ok" and key(r) in w:
+            lines.append(f"{r['kernel']:26s} {r['M']:5d} {r['N']:4d} {r['K']:6d} {r['median_ms']:10.4g} "
+                         f"{w[key(r)]['median_ms']:10.4g} {r['median_ms'] / w[key(r)]['median_ms']:9.2f}")
+    return "\n".join(lines)
+
+
 # ---------------------------------------------------------------------------------------------
 # Command line
 # ---------------------------------------------------------------------------------------------
@@ -767,6 +802,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="CUDA kernels taking float32 activations: time CUDA-graph replays of the batched calls "
                         "(GPU time without Python's per-call cost; implies --batched: a graph of one call "
                         "would time the graph launch)")
+    p.add_argument("--cache", choices=("warm", "cold"), default="warm",
+                   help="CUDA kernels: warm (same weights every call) or cold (rotate over copies >= 4x L2)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="results folder (default bench_results/<machine-slug>/<date>)")
     p.add_argument("--no-ceilings", action="store_true", help="skip measuring copy bandwidth and peak matmul rate")
@@ -814,7 +851,7 @@ def main(argv=None) -> int:
                   f"matmul TFLOPS: {rates}", flush=True)
     rows = run_sweep(kernels, shapes, warmup=args.warmup, reps=args.reps, max_seconds=args.max_seconds,
                      include_activation_quant=include_aq, seed=args.seed, progress=not args.quiet, baseline=False,
-                     batched=args.batched or args.ggml or args.graph, graph=args.graph)
+                     batched=args.batched or args.ggml or args.graph, graph=args.graph, cache=args.cache)
     print()
     print(format_table(rows))
     out = Path(args.out) if args.out else ROOT / "bench_results" / header["machine_slug"] / _dt.date.today().isoformat()

@@ -166,3 +166,30 @@ def test_host_load_busy_rule(monkeypatch):
     monkeypatch.delattr(os, "getloadavg")
     assert bench.host_load(2) == {"load_1min": None, "cpus": 16, "threads": 2, "busy": False}
     assert bench.host_load()["threads"] == torch.get_num_threads()
+
+
+def test_cache_option_is_checked_and_recorded():
+    with pytest.raises(ValueError, match="cache must be"):
+        bench.run_sweep(["cpu_f32_f32_naive"], "16x1x32", reps=1, warmup=0, progress=False, cache="hot")
+    rows = bench.run_sweep(["cpu_f32_f32_naive"], "16x1x32", reps=1, warmup=0, progress=False, baseline=False,
+                           cache="cold")
+    assert rows[0]["cache"] == "n/a" and rows[0]["copies"] == 1, "the CPU has no cold regime here"
+    assert "cache" in bench.COLUMNS and "copies" in bench.COLUMNS
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
+def test_cold_cache_rotates_over_copies_larger_than_the_l2():
+    name = "cuda_q4_0_q8_1_dp4a"
+    rows = bench.run_sweep([name], "1024x1x4096", reps=2, warmup=0, progress=False, baseline=False, cache="cold")
+    r = rows[0]
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    assert r["status"] == "ok" and r["cache"] == "cold"
+    assert r["copies"] * 1024 * 4096 // 32 * 18 >= 4 * l2 and r["batch"] % r["copies"] == 0
+
+
+def test_cold_warm_table_pairs_rows():
+    base = {"M": 64, "N": 1, "K": 64, "status": "ok"}
+    cold = [dict(base, kernel="a", median_ms=2.0), dict(base, kernel="b", median_ms=1.0, status="skipped")]
+    warm = [dict(base, kernel="a", median_ms=1.0)]
+    text = bench.cold_warm_table(cold, warm)
+    assert "2.00" in text and text.count("\n") == 2
