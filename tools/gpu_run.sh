@@ -4,11 +4,11 @@
 #   1. the test suite (CUDA tests included)            -> OUT/pytest_gpu.log
 #   2. compute-sanitizer over every CUDA kernel        -> OUT/sanitize.log
 #   3. the benchmark sweep (llama.cpp + tutorial shapes)-> OUT/bench/*.csv|json
-#   4. the notebooks, executed in place: the outputs the book publishes (tools/execute_notebooks.py)
+#   4. the notebooks, executed in place: the outputs the book publishes (tools/gpu_publish.sh, which
+#      also sets up the notebook stack from .whl/ and llama.cpp's ggml from .ggml/)
 #
-# It expects the Python packages already importable (the GPU image has torch; the notebook stack
-# travels as wheels: ../shared/tools/device-wheels.sh) and, for chapter 5's CUDA comparison, a
-# CUDA build of the ggml binding on GGML_CUDA_SITE (see book/setup.md). Steps continue after a
+# The GPU image has torch; the notebook stack travels as wheels (../shared/tools/device-wheels.sh)
+# and llama.cpp's ggml as a standalone build (tools/build_ggml.sh; tools/gpu_publish.sh says how). Steps continue after a
 # failure so one run records everything; the exit status is the number of failed steps.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
@@ -33,14 +33,7 @@ $PY -m quantgemm_kernels.bench --device cuda --shapes llama,tutorial --out "$OUT
 tail -5 "$OUT/bench.log"
 
 step "notebooks"
-nbs=$(ls notebooks/*.ipynb | grep -v 05_llamacpp)
-$PY tools/execute_notebooks.py $nbs > "$OUT/notebooks.log" 2>&1 || failed=$((failed + 1))
-if [ -n "${GGML_CUDA_SITE:-}" ]; then  # chapter 5 with ggml's CUDA backend
-  PYTHONPATH="$GGML_CUDA_SITE:${PYTHONPATH:-}" $PY tools/execute_notebooks.py notebooks/05_llamacpp.ipynb \
-    >> "$OUT/notebooks.log" 2>&1 || failed=$((failed + 1))
-else
-  $PY tools/execute_notebooks.py notebooks/05_llamacpp.ipynb >> "$OUT/notebooks.log" 2>&1 || failed=$((failed + 1))
-fi
-cat "$OUT/notebooks.log" | grep -v "^\s*$" | tail -15
+tools/gpu_publish.sh "$OUT/notebooks" notebooks/*.ipynb > "$OUT/notebooks.log" 2>&1 || failed=$((failed + 1))
+grep -v "^\s*$" "$OUT/notebooks.log" | tail -15
 echo "== done: $failed failed step(s)"
 exit $failed
