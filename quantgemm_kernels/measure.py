@@ -7,8 +7,9 @@ in the L2, every batch size a model meets, llama.cpp and cuBLAS on the same shap
 **One timing mechanism for every side.** A side's time for one call is the sum of the durations of
 the GPU activities (kernels, device memsets and copies) the call puts on the GPU, as CUPTI records
 them (through ``torch.profiler``). For our chapter-6 kernels that is the activation quantizer and
-the GEMM kernel; for llama.cpp's ``mul_mat`` its ``quantize_q8_1`` and MMVQ or MMQ (and MMQ's
-stream-k fix-up); for cuBLAS its GEMM kernel(s), on activations already in fp16 or int8. Host
+the GEMM kernel; for llama.cpp's ``mul_mat`` its activation quantizer and MMVQ or MMQ
+(``quantize_q8_1`` before MMVQ; ``quantize_mmq_q8_1``, MMQ's own, before MMQ, and MMQ's stream-k
+fix-up); for cuBLAS its GEMM kernel(s), on activations already in fp16 or int8. Host
 code (Python, torch's dispatcher, ggml's graph walk) and the gaps between launches are not in it;
 ``span_us`` adds them back (first start to last end of a run of calls, per call). Where a kernel
 launched with programmatic dependent launch overlaps the one before it (our decode kernel and its

@@ -64,15 +64,22 @@ def gemm_wq_af32(A: np.ndarray, Wq: np.ndarray, wfmt: str) -> np.ndarray:
 def gemm_wq_aq8_1(Aq: np.ndarray, Wq: np.ndarray, wfmt: str, q4_0_formula: str = "compensated") -> np.ndarray:
     """W4A8 / W8A8 on already quantized activations (Q8_1 bytes), block by block in integers.
 
-    Q4_0 weights have two formulas in llama.cpp, and the kernels of this course use both:
+    Where the 8 of a Q4_0 nibble is removed is a choice; llama.cpp makes it per path, and the
+    kernels of this course use both formulas:
 
-    * ``"compensated"`` (ggml-cpu, ggml-cuda's MMVQ and dp4a MMQ, chapter 4): the integer dot runs
-      on the stored nibbles 0..15 and the -8 comes back as ``-8 * s_a``, with ``s_a`` as stored in
-      the Q8_1 block (rounded to fp16): ``d_w * (d_a * sum(q * a) - 8 * s_a)``.
-    * ``"signed"`` (ggml-cuda's MMQ on tensor cores, chapter 6's mma kernels): the nibbles become
-      ``q - 8`` before the integer dot: ``d_w * d_a * sum((q - 8) * a)``, exact, no ``s_a``.
+    * ``"compensated"`` (ggml-cuda's DP4A paths: MMVQ, and MMQ where there are no integer tensor
+      cores; chapter 4): the integer dot runs on the stored nibbles 0..15 and the -8 comes back as
+      ``-8 * s_a``, with ``s_a`` as stored in the Q8_1 block (rounded to fp16):
+      ``d_w * (d_a * sum(q * a) - 8 * s_a)``.
+    * ``"signed"`` (ggml-cuda's MMQ on integer tensor cores, chapter 6's mma kernels): the nibbles
+      become ``q - 8`` before the integer dot: ``d_w * d_a * sum((q - 8) * a)``, exact, no ``s_a``.
+      ggml-cpu computes this too, but with Q8_0 activations (no ``s`` at all): it subtracts 8 from
+      each nibble in integers (``ggml_vec_dot_q4_0_q8_0``).
 
     They differ by ``8 * d_w * (s_a - d_a * sum(a))`` per block: the fp16 rounding of ``s_a``.
+    With the course's default Q8_1 (``s = d * sum(q)``, llama.cpp's reference quantizer) the
+    compensated form is the course's own clean reference; matching ggml-cuda's MMVQ needs its
+    ``s = sum(x)`` (``q8_1_sum="sum_x"``).
     """
     if q4_0_formula not in ("compensated", "signed"):
         raise ValueError(f"q4_0_formula must be 'compensated' or 'signed', got {q4_0_formula!r}")

@@ -18,8 +18,8 @@ Functions (the appendix uses all of them):
   ``csrc/cuda/conv1d_silu_int8.cu``), on the device of its inputs.
 * :func:`simulate_faithful`: numpy, the kernel's operations in the kernel's order; it matches the
   kernel bit for bit, the int8 output and the float32 SiLU output both.
-* :func:`simulate_float`: the float "simulation" of the source document (dequantize first,
-  convolve in float, round to the int8 grid, SiLU, round again), and, through ``fixes``, the
+* :func:`simulate_float`: the float "simulation" ("Mode 2") that appendix C examines (dequantize
+  first, convolve in float, round to the int8 grid, SiLU, round again), and, through ``fixes``, the
   same with some of its differences from the kernel repaired.
 * :func:`ideal`: float64 with no output rounding, the value every int8 output approximates.
 * :func:`exp_portable`, :func:`exp_libm`, :func:`round_half_away`: the building blocks.
@@ -207,9 +207,9 @@ def simulate_faithful(x, w, x_scale, w_scale, bias, out_scale, *, exp=exp_portab
 
 
 def simulate_float(x, w, x_scale, w_scale, bias, out_scale, *, fixes=()):
-    """The source document's float "simulation" ("Mode 2"), with a chosen subset of its bugs fixed.
+    """The float "simulation" "Mode 2" of appendix C, with a chosen subset of its bugs fixed.
 
-    With ``fixes=()`` this is the document's code path, in float32 as it ran:
+    With ``fixes=()`` this is Mode 2's code path, in float32:
 
     1. dequantize first: ``x * s_x`` and ``w * s_w`` elementwise, then ``F.conv1d`` in float;
     2. round the conv output to the int8 grid of ``out_scale`` (``torch.round``: halves to even);
@@ -251,7 +251,7 @@ def simulate_float(x, w, x_scale, w_scale, bias, out_scale, *, fixes=()):
 
 
 def simulate_seed_mode2(x, w, x_scale, w_scale, bias, out_scale):
-    """The source document's "Mode 2" float simulation: :func:`simulate_float` with no fixes."""
+    """The "Mode 2" float simulation of appendix C: :func:`simulate_float` with no fixes."""
     return simulate_float(x, w, x_scale, w_scale, bias, out_scale, fixes=())
 
 

@@ -10,8 +10,8 @@ Two error budgets, never mixed up:
   above it. llama.cpp's test-backend-ops allows 5e-4 for MUL_MAT because it compares different
   quantization paths; we compare identical ones and can be much stricter.
 * **format vs float32 truth** (``FORMAT_NMSE``): what quantization itself costs, measured in
-  chapter 2 (on normal data Q8_0 ~ 3e-5 and Q4_0 ~ 7e-3; on uniform data in [-1, 1], the
-  tutorial's case, about half that).
+  chapter 2 (on normal data Q8_0 ~ 3e-5 and Q4_0 ~ 7e-3; on uniform data in [-1, 1] about half
+  that).
 """
 from __future__ import annotations
 

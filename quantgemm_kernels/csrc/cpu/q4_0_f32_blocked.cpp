@@ -19,7 +19,7 @@ constexpr int LANES = 8;
 // (nibble - 8) * d for the 32 values of one block, in element order: the naive kernel's decode.
 // Kept out of line on purpose. Alone, GCC vectorises this loop into a handful of vector
 // instructions; inlined into the tile's loop nest, it unrolls it and converts one value at a
-// time, which made this kernel 3x slower (no faster than the naive one) when we measured.
+// time, which makes this kernel about 3x slower (no faster than the naive one).
 __attribute__((noinline)) void dequantize_block(const block_q4_0& blk, float* __restrict out) {
     const float d = fp16_to_fp32(blk.d);
     for (int l = 0; l < QK / 2; l++) {

@@ -1,6 +1,7 @@
 // cuda/q4_0_q8_1_decode.cu (chapter 6): the decode kernel. Few tokens (N <= 8 per pass), so the
-// GEMM is a matrix-vector product that reads every weight byte once and does ~2 operations per
-// byte: the only thing that matters is streaming W at the speed of HBM.
+// GEMM is a matrix-vector product that reads every weight byte once and does about 3.6 operations
+// per byte (2 per weight, 18 bytes per 32 weights): the only thing that matters is streaming W at
+// the speed of HBM.
 //
 // What it teaches, against chapter 4's tiled kernels and llama.cpp's mul_mat_vec_q (MMVQ):
 //  * 16-byte loads of raw weight bytes. A Q4_0 block is 18 B, so no block is 16-byte aligned,

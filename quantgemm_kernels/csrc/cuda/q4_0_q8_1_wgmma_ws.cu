@@ -33,10 +33,11 @@
 // wgmma (0.222 with 2 sets, no gain with 1). Nsight Compute (2 sets): issue slots 54% busy;
 // stalls: the scales' shared-memory loads right after the wgmma wait 25%, selected 20%, not
 // selected 19%, dispatch 13%; the wgmma wait itself only 4.5% (third step: 26%).
-// Those times include the activation quantizer, which turned out to take about 50 us of them. With
-// its rewrite (wgmma.cuh) the whole product takes 0.186 ms, the third step 0.188; this kernel alone
-// 174 us and the quantizer 12.5 us (Nsight Compute). The launch with PDL (the CTAs start while the
-// quantizer finishes) gains 0.3-1% (0.1861 against 0.1867 ms; tutorial shape 0.0564 against 0.0571).
+// Those times include the activation quantizer with a straightforward lane map, about 50 us of
+// them. With the lane map of wgmma.cuh the whole product takes 0.186 ms, the third step 0.188; this
+// kernel alone 174 us and the quantizer 12.5 us (Nsight Compute). The launch with PDL (the CTAs
+// start while the quantizer finishes) gains 0.3-1% (0.1861 against 0.1867 ms; at n = 512,
+// k = 4096: 0.0564 against 0.0571).
 // Nsight Compute now: L1/shared-memory pipe 83% busy, 4.8 wavefronts per shared load (the scales'
 // LDS.128), issue slots 51%: the scales' loads are what to shrink next.
 //

@@ -39,9 +39,9 @@ namespace {
 // A CTA quantizes one K step (8 blocks) of 8 tokens: warp b takes block b, lane 4 u + p takes
 // values 8p .. 8p + 7 of token u (two 16-byte loads), and the 4 lanes of a token reduce with 2
 // shuffles. A warp's quants are then the 8 rows of the block's two core matrices, one contiguous
-// 256-byte run of the unit, written 8 bytes per lane. (The first version, a warp per block and
-// token with a byte per lane, a 32-lane reduction and 64-bit index arithmetic per value, took about
-// 50 us of the 0.224 ms product at n = 512, k = 14336 on an H200; this one 12.5 us.)
+// 256-byte run of the unit, written 8 bytes per lane. (The straightforward map, a warp per block
+// and token with a byte per lane, a 32-lane reduction and 64-bit index arithmetic per value, took
+// about 50 us of the 0.224 ms product at n = 512, k = 14336 on an H200; this one 12.5 us.)
 // The roundings are quantize_q8_1_lane's, value by value, so the bytes are the same.
 // sum_mode Q8_1_S_SUM_X: MMQ's own quantizer instead (quantize_mmq_lane's roundings, d_fp16 as MMQ
 // keeps d).
