@@ -58,17 +58,24 @@ __device__ __forceinline__ int quantize_q8_1_lane(float v, fp16_bits& d16, fp16_
     return q;
 }
 
-// The same quantizer by one thread for a whole block (x[0..31] in registers): quants packed four
-// to a word (qw[0..7], word i = values 4i..4i+3), d and s as fp16. Every step is order-free (a max,
-// an integer sum, per-value roundings), so the bytes equal the warp version's and the reference's.
-__device__ __forceinline__ void quantize_q8_1_thread(const float* x, int* qw, fp16_bits& d16, fp16_bits& s16) {
+// max |x| of a block of 32 values held by one thread, and whether all of them are finite.
+__device__ __forceinline__ float block_amax(const float* x, bool& finite) {
     float amax = 0.0f;
-    bool finite = true;
+    finite = true;
 #pragma unroll
     for (int j = 0; j < 32; j++) {
         amax = fmaxf(amax, fabsf(x[j]));
         finite = finite && isfinite(x[j]);
     }
+    return amax;
+}
+
+// The same quantizer by one thread for a whole block (x[0..31] in registers): quants packed four
+// to a word (qw[0..7], word i = values 4i..4i+3), d and s as fp16. Every step is order-free (a max,
+// an integer sum, per-value roundings), so the bytes equal the warp version's and the reference's.
+__device__ __forceinline__ void quantize_q8_1_thread(const float* x, int* qw, fp16_bits& d16, fp16_bits& s16) {
+    bool finite;
+    const float amax = block_amax(x, finite);
     const float d = __fdiv_rn(amax, 127.0f);
     const float id = inverse_scale(d);
     int sum = 0;
@@ -93,13 +100,8 @@ __device__ __forceinline__ void quantize_q8_1_thread(const float* x, int* qw, fp
 // 4, 2, 1 (the result lane 0 holds), so d, q and s are the bytes llama.cpp's CUDA backend writes.
 // Same outputs as quantize_q8_1_thread (packed quants, fp16 d and s; NaN for a non-finite block).
 __device__ __forceinline__ void quantize_q8_1_thread_sum_x(const float* x, int* qw, fp16_bits& d16, fp16_bits& s16) {
-    float amax = 0.0f;
-    bool finite = true;
-#pragma unroll
-    for (int j = 0; j < 32; j++) {
-        amax = fmaxf(amax, fabsf(x[j]));
-        finite = finite && isfinite(x[j]);
-    }
+    bool finite;
+    const float amax = block_amax(x, finite);
     const float d = __fdiv_rn(amax, 127.0f);
 #pragma unroll
     for (int i = 0; i < 8; i++) {
