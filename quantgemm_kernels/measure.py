@@ -367,7 +367,7 @@ def measure_shape(wfmt: str, M: int, K: int, Ns, *, kernels=None, ggml: bool = T
             r = ggml_run(1, 1)
             out_g = torch.from_numpy(r.result(0)).cuda()
             r.close()
-            sides.append((Side("llama.cpp", "llama.cpp", "ggml mul_mat: its quantize_q8_1 + MMVQ or MMQ "
+            sides.append((Side("llama.cpp", "llama.cpp", "ggml mul_mat: quantize_q8_1 + MMVQ, or quantize_mmq_q8_1 + MMQ "
                                "(+ stream-k fix-up), float32 A in, float32 C out", "sum_x (ggml-cuda)"),
                           ggml_run, Cq, out_g))
         if cublas:
