@@ -510,10 +510,11 @@ def run_sweep(kernels=None, shapes="small", *, warmup: int = 2, reps: int = 10, 
                         from .llamacpp import perf_repeats
 
                         row["batch"] = perf_repeats(M, N, K, "cuda" if k.device == "cuda" else "cpu")
-                    per_sample = (est or 0.0) * row["batch"]
-                    n = reps if est is None else min(reps, max(3, int(_REP_BUDGET_S / max(per_sample, 1e-9))))
                     fn = _kernel_call(k, A, Wk, include_activation_quant)
+                    use_graph = graph and k.device == "cuda" and (k.afmt == "f32" or k.fused_quant)
                     if cache == "cold" and k.device == "cuda":
+                        # every call reads the next copy: a copy comes back only after the others
+                        # have passed through the L2
                         from .measure import copies_for
 
                         l2 = torch.cuda.get_device_properties(A.device).L2_cache_size
@@ -522,9 +523,11 @@ def run_sweep(kernels=None, shapes="small", *, warmup: int = 2, reps: int = 10, 
                         turn = itertools.cycle(calls)
                         fn = lambda: next(turn)()  # noqa: E731 - the next copy on every call
                         row["copies"] = len(ws)
-                        row["batch"] = len(ws) * -(-row["batch"] // len(ws))  # whole rotations per sample
+                        if use_graph:  # a replayed graph repeats its captured calls: capture whole rotations
+                            row["batch"] = len(ws) * -(-row["batch"] // len(ws))
                     row["cache"] = cache if k.device == "cuda" else "n/a"
-                    use_graph = graph and k.device == "cuda" and (k.afmt == "f32" or k.fused_quant)
+                    per_sample = (est or 0.0) * row["batch"]
+                    n = reps if est is None else min(reps, max(3, int(_REP_BUDGET_S / max(per_sample, 1e-9))))
                     row["timing"] = "cuda-graph" if use_graph else "events" if k.device == "cuda" else "perf_counter"
                     t = time_callable(fn, k.device, warmup=warmup if est is None or est < 0.5 else 1, reps=n,
                                       batch=row["batch"], graph=use_graph)
