@@ -463,7 +463,7 @@ def run_sweep(kernels=None, shapes="small", *, warmup: int = 2, reps: int = 10, 
 
     rows: list[dict] = []
     total, done = len(ks) * len(shape_list), 0
-    cache: dict = {}
+    inputs: dict = {}  # tensors shared by the kernels of a shape
     for M, N, K in shape_list:
         for k in ks:
             done += 1
@@ -483,15 +483,15 @@ def run_sweep(kernels=None, shapes="small", *, warmup: int = 2, reps: int = 10, 
             try:
                 # Inputs are shared by every kernel of a shape (the same numbers in every row),
                 # and the weights by every shape with the same M and K.
-                cache = {c: v for c, v in cache.items() if c[:3] in (("A", N, K), ("W", M, K))}
+                inputs = {c: v for c, v in inputs.items() if c[:3] in (("A", N, K), ("W", M, K))}
                 akey, fkey, wkey = ("A", N, K, k.device), ("W", M, K, k.device, "f32"), ("W", M, K, k.device, k.wfmt)
-                if akey not in cache:
-                    cache[akey] = _make_activations(N, K, k.device, seed)
-                if fkey not in cache:
-                    cache[fkey] = _make_weights(M, K, k.device, seed)
-                if wkey not in cache:
-                    cache[wkey] = api.quantize(cache[fkey], k.wfmt)
-                A, Wk = cache[akey], cache[wkey]
+                if akey not in inputs:
+                    inputs[akey] = _make_activations(N, K, k.device, seed)
+                if fkey not in inputs:
+                    inputs[fkey] = _make_weights(M, K, k.device, seed)
+                if wkey not in inputs:
+                    inputs[wkey] = api.quantize(inputs[fkey], k.wfmt)
+                A, Wk = inputs[akey], inputs[wkey]
                 if k.name.startswith("ggml_"):
                     from .llamacpp import perf_repeats
 
