@@ -166,3 +166,30 @@ def test_roundtrip_error_is_bounded(fmt):
     # of d, relative 2^-11, times the largest quant (8 or 127)
     bound = 1.0 + 8 / 2048 if fmt == "q4_0" else 0.5 + 127 / 2048
     assert err.max() <= bound + 1e-6
+
+
+def _q4_0_quants_fused(x: np.ndarray) -> np.ndarray:
+    """Q4_0 nibbles as quantize_row_q4_0_ref computes them when the compiler fuses `x * id + 8.5f`
+    into one FMA (a single rounding: the float64 product of two floats is exact), for comparison."""
+    xb = x.reshape(-1, F.QK)
+    imax = np.abs(xb).argmax(axis=1)  # the C code scales by the float32 d, not the stored fp16 one
+    d32 = (xb[np.arange(len(xb)), imax] / np.float32(-8)).astype(np.float32).reshape(-1, 1)
+    inv = np.where(d32 == 0, np.float32(0), np.float32(1) / d32).astype(np.float32)
+    fused = (xb.astype(np.float64) * inv.astype(np.float64) + 8.5).astype(np.float32)
+    return np.minimum(np.trunc(fused), 15).astype(np.uint8)
+
+
+def test_fma_changes_q4_0_bytes_and_llama_cpps_references_do_not_fuse():
+    """Chapter 2's "which quantizer, where" table: fusing `x * id + 8.5f` into an FMA moves a nibble
+    now and then (llama.cpp PR #8939); gguf-py and the ggml build under test round the product and
+    the sum separately, as our spec does. A block is searched where the two roundings differ."""
+    rng = np.random.default_rng(0)  # about one block in 150,000 has a value where the roundings differ
+    x = rng.standard_normal((300_000, F.QK)).astype(np.float32)
+    spec = F.as_blocks(F.quantize(x, "q4_0"), "q4_0")["qs"].reshape(-1, F.QK // 2)  # one block per row
+    nib = np.concatenate([spec & 0xF, spec >> 4], axis=1)
+    fused = _q4_0_quants_fused(x)
+    differ = np.nonzero((nib != fused).any(axis=1))[0]
+    assert len(differ) > 0, "no block where an FMA would change a nibble: widen the search"
+    rows = x[differ[:8]]
+    np.testing.assert_array_equal(ggml_quantize(rows, "q4_0"), F.quantize(rows, "q4_0"))
+    np.testing.assert_array_equal(gguf_quantize(rows, "q4_0"), F.quantize(rows, "q4_0"))
