@@ -1,10 +1,10 @@
-// cpu/conv1d_silu_int8.cpp (appendix C): INT8 causal depthwise conv1d + SiLU + requantization.
+// appendix_c/conv1d_silu_int8.cpp: INT8 causal depthwise conv1d + SiLU + requantization.
 //
 // Plain loops, the specification in C++: for each (batch, channel) row and each time step, an
 // int32 sum over the `width` taps, then conv1d_silu::dequant_silu_requant (conv1d_silu_int8.h),
 // the float epilogue that the CUDA kernel shares. The binding splits the rows over threads; each
 // output is computed by one thread from its own inputs, so the thread count cannot change a bit.
-#include "../conv1d_silu_int8.h"
+#include "conv1d_silu_int8.h"
 
 void conv1d_silu_int8_cpu(const Conv1dSiluProblem& p, int64_t row_begin, int64_t row_end) {
     for (int64_t row = row_begin; row < row_end; ++row) {  // row = b * channels + c

@@ -1,5 +1,5 @@
-// cuda/misaligned_demo.h (appendix B): the misaligned-load demonstration, one launcher.
-// Plain C++ with CUDA runtime types only, like launchers.h; bindings.cpp is the only caller.
+// appendix_b/misaligned_demo.h: the misaligned-load demonstration, one launcher.
+// Plain C++ with CUDA runtime types only, like launchers.h; appendix_b/bindings.cpp is the only caller.
 #pragma once
 #include <cuda_runtime.h>
 #include <stdint.h>

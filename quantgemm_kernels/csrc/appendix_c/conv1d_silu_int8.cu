@@ -1,4 +1,4 @@
-// cuda/conv1d_silu_int8.cu (appendix C): INT8 causal depthwise conv1d + SiLU + requantization.
+// appendix_c/conv1d_silu_int8.cu: INT8 causal depthwise conv1d + SiLU + requantization.
 //
 // One thread per output element, the CPU loop's body per thread: an int32 sum over the taps,
 // then the float epilogue conv1d_silu::dequant_silu_requant from conv1d_silu_int8.h, the same
@@ -9,7 +9,7 @@
 // No shared memory and no vector loads: a real kernel (Quamba's, Dao's causal_conv1d) stages a
 // chunk of x per block and reuses it across the width taps. That changes the speed, not the bits,
 // as long as the per-output arithmetic stays as here.
-#include "../conv1d_silu_int8.h"
+#include "conv1d_silu_int8.h"
 
 namespace {
 

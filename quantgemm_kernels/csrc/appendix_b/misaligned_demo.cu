@@ -1,4 +1,4 @@
-// cuda/misaligned_demo.cu (appendix B): what a 32-bit load of Q4_0 quants does, and what it costs
+// appendix_b/misaligned_demo.cu: what a 32-bit load of Q4_0 quants does, and what it costs
 // to avoid it.
 //
 // Every kernel here computes the same thing, one thread per Q4_0 block: the sum of the block's 32

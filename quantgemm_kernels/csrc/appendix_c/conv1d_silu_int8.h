@@ -1,4 +1,4 @@
-// conv1d_silu_int8.h (appendix C): an INT8 causal depthwise conv1d + SiLU, requantized to INT8.
+// appendix_c/conv1d_silu_int8.h: an INT8 causal depthwise conv1d + SiLU, requantized to INT8.
 //
 // The op of a quantized Mamba block's short convolution (Quamba's quant_causal_conv1d), small:
 //
