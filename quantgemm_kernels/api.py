@@ -1,4 +1,4 @@
-"""The public functions: quantize, dequantize, gemm, gemm_quantized.
+"""The public functions: quantize, dequantize, gemm, gemm_quantized, and for models QTensor + linear.
 
 Every function checks its inputs here, before anything is compiled or launched, and raises a
 ``TypeError`` (wrong dtype or type) or ``ValueError`` (wrong device, shape, K, layout, name) that
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from dataclasses import dataclass
 
 import torch
 
@@ -16,9 +17,8 @@ from ._build import load_extension
 from .registry import KERNELS, Kernel
 
 _SUM_MODE = {"d_sum_q": 0, "sum_x": 1}
-# Largest |x| whose scale still fits in fp16 (65504): Q4_0 d = max/8, Q8_0 and Q8_1 d = amax/127.
+# Largest |x| whose scale still fits in fp16 (65504): d = max / scale_div (8 for Q4_0, 127 for Q8_*).
 _FP16_MAX = 65504.0
-_SCALE_DIV = {"q4_0": 8.0, "q8_0": 127.0, "q8_1": 127.0}
 
 
 def _ops():
@@ -43,14 +43,15 @@ def _check_tensor(t, name: str, dtype: torch.dtype) -> None:
         raise ValueError(f"{name} must be contiguous (row-major), got strides {t.stride()}: call .contiguous()")
 
 
-def _check_fmt(fmt) -> None:
-    if fmt not in F.FORMATS:
+def _check_fmt(fmt) -> F.Format:
+    if fmt not in F.SPECS:
         raise ValueError(f"fmt must be one of {F.FORMATS}, got {fmt!r}")
+    return F.SPECS[fmt]
 
 
-def _check_k(K: int, name: str) -> None:
-    if K == 0 or K % F.QK:
-        raise ValueError(f"{name}: K ({K}) must be a positive multiple of {F.QK}, the block size")
+def _check_k(K: int, name: str, block_size: int = F.QK) -> None:
+    if K == 0 or K % block_size:
+        raise ValueError(f"{name}: K ({K}) must be a positive multiple of {block_size}, the block size")
 
 
 def _check_device(t: torch.Tensor, name: str) -> None:
@@ -69,21 +70,21 @@ def quantize(x: torch.Tensor, fmt: str, *, q8_1_sum: str = "d_sum_q", check_fini
     is stored as inf, as llama.cpp stores it, with a warning.
     """
     _check_tensor(x, "x", torch.float32)
-    _check_fmt(fmt)
+    f = _check_fmt(fmt)
     if q8_1_sum not in _SUM_MODE:
         raise ValueError(f"q8_1_sum must be one of {tuple(_SUM_MODE)}, got {q8_1_sum!r}")
-    _check_k(x.shape[1], "x")
+    _check_k(x.shape[1], "x", f.block_size)
     _check_device(x, "x")
     if x.numel() and check_finite:
         amax = float(x.abs().max())
         if not math.isfinite(amax):
             raise ValueError("x contains NaN or Inf: llama.cpp's quantizers give undefined bytes for them")
-        if amax / _SCALE_DIV[fmt] > _FP16_MAX:
+        if amax / f.scale_div > _FP16_MAX:
             warnings.warn(f"max |x| = {amax:.3g}: the {fmt} scale overflows fp16 and is stored as inf "
                           "(as llama.cpp stores it); those blocks dequantize to inf/nan", RuntimeWarning, stacklevel=2)
-        elif fmt == "q8_1":
+        elif "s" in f.header:
             # s (d*sum(q) or sum(x)) is about the block's sum: it overflows fp16 long before d does
-            block_sum = float(x.reshape(-1, F.QK).sum(dim=1).abs().max())
+            block_sum = float(x.reshape(-1, f.block_size).sum(dim=1).abs().max())
             if block_sum > 0.99 * _FP16_MAX:
                 warnings.warn(f"a Q8_1 block sums to {block_sum:.3g}: its s field overflows fp16 and is stored "
                               "as inf (as llama.cpp stores it); GEMMs using it give inf", RuntimeWarning, stacklevel=2)
@@ -93,10 +94,10 @@ def quantize(x: torch.Tensor, fmt: str, *, q8_1_sum: str = "d_sum_q", check_fini
 def dequantize(q: torch.Tensor, fmt: str) -> torch.Tensor:
     """Inverse of :func:`quantize`: uint8 blocks ``[rows, K/32*block_bytes]`` -> float32 ``[rows, K]``."""
     _check_tensor(q, "q", torch.uint8)
-    _check_fmt(fmt)
-    bb = F.BLOCK_BYTES[fmt]
-    if q.shape[1] == 0 or q.shape[1] % bb:
-        raise ValueError(f"q: a row of {q.shape[1]} bytes is not a whole number of {fmt} blocks ({bb} B each)")
+    f = _check_fmt(fmt)
+    if q.shape[1] == 0 or q.shape[1] % f.block_bytes:
+        raise ValueError(f"q: a row of {q.shape[1]} bytes is not a whole number of {fmt} blocks "
+                         f"({f.block_bytes} B each)")
     _check_device(q, "q")
     return _ops().dequantize(q, fmt)
 
@@ -105,11 +106,11 @@ def validate_blocks(q: torch.Tensor, fmt: str) -> None:
     """Reject blocks whose fp16 scale (or Q8_1 sum) is inf or NaN, as llama.cpp's
     ``ggml_validate_row_data`` does when it loads a model. Use it on bytes from outside."""
     _check_tensor(q, "q", torch.uint8)
-    _check_fmt(fmt)
-    bb = F.BLOCK_BYTES[fmt]
+    f = _check_fmt(fmt)
+    bb = f.block_bytes
     if q.shape[1] % bb:
         raise ValueError(f"q: a row of {q.shape[1]} bytes is not a whole number of {fmt} blocks ({bb} B each)")
-    halves = 2 if fmt == "q8_1" else 1  # d, and s for Q8_1: the first 2 or 4 bytes of a block
+    halves = len(f.header)  # the fp16 fields that open a block: d, and s for Q8_1
     header = q.reshape(-1, bb)[:, : 2 * halves].contiguous().view(torch.int16).to(torch.int32) & 0x7FFF
     bad = (header >= 0x7C00).any(dim=1)  # fp16 exponent all ones: inf or NaN
     if bool(bad.any()):
@@ -133,13 +134,23 @@ def _check_operand(t, name: str, fmt: str) -> int:
         K = t.shape[1]
     else:
         _check_tensor(t, name, torch.uint8)
-        bb = F.BLOCK_BYTES[fmt]
-        if t.shape[1] % bb:
+        f = F.SPECS[fmt]
+        if t.shape[1] % f.block_bytes:
             raise ValueError(f"{name}: a row of {t.shape[1]} bytes is not a whole number of {fmt} blocks "
-                             f"({bb} B each); pass the output of quantize(W, {fmt!r})")
-        K = t.shape[1] // bb * F.QK
-    _check_k(K, name)
+                             f"({f.block_bytes} B each); pass the output of quantize(W, {fmt!r})")
+        K = t.shape[1] // f.block_bytes * f.block_size
+    # f32 operands: K a multiple of 32 as well, the tile every kernel of the course steps K by
+    _check_k(K, name, F.QK if fmt == "f32" else F.SPECS[fmt].block_size)
     return K
+
+
+def _weights(W, k: Kernel):
+    """The tensor inside a QTensor, after checking that its format is the kernel's."""
+    if isinstance(W, QTensor):
+        if W.fmt != k.wfmt:
+            raise ValueError(f"kernel {k.name!r} reads {k.wfmt} weights, W is a {W.fmt} QTensor")
+        return W.data
+    return W
 
 
 def _check_pair(A, W, k: Kernel, afmt: str) -> None:
@@ -186,6 +197,7 @@ def gemm(A: torch.Tensor, W: torch.Tensor, kernel: str, *, q8_1_sum: str | None 
     mul_mat to rounding; fused kernels offer it where the registry says ``sum_x``.
     """
     k = _kernel(kernel)
+    W = _weights(W, k)
     _check_tensor(A, "A", torch.float32)
     if q8_1_sum is not None and q8_1_sum not in _SUM_MODE:
         raise ValueError(f"q8_1_sum must be one of {tuple(_SUM_MODE)}, got {q8_1_sum!r}")
@@ -206,7 +218,111 @@ def gemm(A: torch.Tensor, W: torch.Tensor, kernel: str, *, q8_1_sum: str | None 
 def gemm_quantized(Aq: torch.Tensor, W: torch.Tensor, kernel: str) -> torch.Tensor:
     """The GEMM step alone, for kernels with 8-bit activations: ``Aq`` = ``quantize(A, "q8_1")``."""
     k = _kernel(kernel)
+    W = _weights(W, k)
     if k.afmt == "f32" or k.fused_quant:
         raise ValueError(f"kernel {k.name!r} takes float32 activations: call gemm(A, W, {k.name!r})")
     _check_pair(Aq, W, k, k.afmt)
     return _ops().gemm(Aq, W, k.name)
+
+
+# ------------------------------------------------------------------------------ for models
+@dataclass(frozen=True)
+class QTensor:
+    """A quantized weight matrix that knows its format: ``data`` holds the bytes of
+    ``quantize(W, fmt)`` (uint8 ``[rows, row_bytes]``), ``shape`` is ``(rows, K)`` of the values.
+
+    Bytes alone do not say what they hold (a Q8_0 row of K=288 and a Q4_0 row of K=544 are both 306
+    bytes); a QTensor does, so :func:`gemm` and :func:`linear` can refuse a kernel for another format.
+    """
+
+    data: torch.Tensor
+    fmt: str
+
+    def __post_init__(self):
+        f = _check_fmt(self.fmt)
+        _check_tensor(self.data, "QTensor data", torch.uint8)
+        f.k_of(self.data.shape[1])  # raises if the row is not whole blocks
+
+    @classmethod
+    def quantize(cls, W: torch.Tensor, fmt: str) -> "QTensor":
+        """Quantize float32 ``W [rows, K]`` on its device (llama.cpp's reference quantizer's bytes)."""
+        return cls(quantize(W, fmt), fmt)
+
+    @property
+    def spec(self) -> F.Format:
+        return F.SPECS[self.fmt]
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.data.shape[0], self.spec.k_of(self.data.shape[1]))
+
+    @property
+    def device(self) -> torch.device:
+        return self.data.device
+
+    def to(self, device) -> "QTensor":
+        return QTensor(self.data.to(device), self.fmt)
+
+    def dequantize(self) -> torch.Tensor:
+        return dequantize(self.data, self.fmt)
+
+
+#: The kernel :func:`linear` picks, by device, weight format and batch size N. On CUDA:
+#:   * compute capability 9.0 (Hopper): the decode kernel while N is small, then the
+#:     warp-specialised wgmma kernel. The decode kernel's time grows with N, the wgmma kernel's
+#:     hardly does until its tiles fill the GPU (one 128-row tile of W per CTA), so the decode
+#:     kernel keeps the lead longer when W has few 128-row tiles for the GPU's SMs.
+#:   * 8.x: the same with the mma.sync kernel; older GPUs: chapter 4's vectorised DP4A kernel.
+#: On the CPU: chapter 4's SIMD kernel (f32 weights: chapter 1's blocked kernel).
+#: Chapter 6 draws where these choices lose against the recorded sweeps.
+DECODE_MAX_N_FEW_TILES = 16  # N up to which the decode kernel runs when M/128 < SMs/2
+DECODE_MAX_N = 4  # otherwise
+
+
+def pick_kernel(device, wfmt: str, N: int, M: int | None = None) -> Kernel:
+    """The registered kernel :func:`linear` uses for ``N`` tokens of ``wfmt`` weights on ``device``."""
+    device = torch.device(device)
+    if wfmt == "f32":
+        return KERNELS[f"{device.type}_f32_f32_{'blocked' if device.type == 'cpu' else 'tiled'}"]
+    _check_fmt(wfmt)
+    if device.type == "cpu":
+        return KERNELS[f"cpu_{wfmt}_q8_1_simd"]
+    cc = torch.cuda.get_device_capability(device)
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    few_tiles = M is not None and (M + 127) // 128 < sms // 2
+    small = N <= (DECODE_MAX_N_FEW_TILES if few_tiles else DECODE_MAX_N)
+    if cc >= (8, 0) and small:
+        name = f"cuda_{wfmt}_q8_1_decode"
+    elif cc == (9, 0):
+        name = f"cuda_{wfmt}_q8_1_wgmma_ws"
+    elif cc >= (8, 0):
+        name = f"cuda_{wfmt}_q8_1_mma"
+    else:
+        name = f"cuda_{wfmt}_q8_1_vec_dp4a"
+    if name not in KERNELS:
+        raise ValueError(f"no kernel for {wfmt} weights on {device} (compute capability {cc})")
+    return KERNELS[name]
+
+
+def linear(x: torch.Tensor, W, kernel: str | None = None) -> torch.Tensor:
+    """``y = x @ W^T`` as a model's linear layer computes it, with W a :class:`QTensor` (or float32).
+
+    ``x`` is float32 ``[..., K]``; ``y`` is ``[..., M]``. The kernel is :func:`pick_kernel`'s choice
+    for ``x``'s device, W's format and the number of tokens, unless ``kernel`` names one.
+    """
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    if x.dtype != torch.float32:
+        raise TypeError(f"x must be float32, got {x.dtype} (convert with .float())")
+    if x.dim() < 1:
+        raise ValueError("x must have at least one dimension, its last being K")
+    wfmt = W.fmt if isinstance(W, QTensor) else "f32"
+    rows, K = W.shape if isinstance(W, QTensor) else (W.shape[0], W.shape[-1])
+    if x.shape[-1] != K:
+        raise ValueError(f"x has K={x.shape[-1]} in its last dimension, W [M, K] has K={K}")
+    lead = x.shape[:-1]
+    A = x.reshape(-1, K).contiguous()
+    k = _kernel(kernel) if kernel is not None else pick_kernel(A.device, wfmt, A.shape[0], rows)
+    if k.wfmt != wfmt:
+        raise ValueError(f"kernel {k.name!r} reads {k.wfmt} weights, W holds {wfmt}")
+    return gemm(A, W, k).reshape(*lead, rows)

@@ -1,0 +1,125 @@
+"""Formats as data, QTensor and linear: every registered format through the whole pipeline.
+
+A format is one :class:`formats.Format` in ``formats.SPECS`` (and one row of ``csrc/formats.def``);
+these tests walk every registered one through quantize -> dequantize -> gemm against the numpy
+reference, on every device here, so a newly added format is covered without a new test.
+"""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import quantgemm_kernels as qk
+from quantgemm_kernels import formats as F
+from quantgemm_kernels import reference as R
+from quantgemm_kernels.testing import make_values
+
+from conftest import DEVICES, ROOT, kernel_param
+
+WEIGHT_FORMATS = [f for f in F.FORMATS if "weights" in F.SPECS[f].role]
+
+
+def test_spec_imports_without_torch():
+    """The numpy spec is usable where torch is not installed: importing it must not import torch."""
+    code = "import sys, quantgemm_kernels.formats, quantgemm_kernels.reference; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("fmt", F.FORMATS)
+def test_spec_fields_agree(fmt):
+    f = F.SPECS[fmt]
+    assert f.block_bytes == F.BLOCK_BYTES[fmt] == f.dtype.itemsize
+    assert f.header == f.dtype.names[: len(f.header)] and all(f.dtype.fields[h][0] == np.float16 for h in f.header)
+    assert f.row_bytes(3 * f.block_size) == 3 * f.block_bytes and f.k_of(3 * f.block_bytes) == 3 * f.block_size
+    with pytest.raises(ValueError, match="multiple"):
+        f.row_bytes(f.block_size + 1)
+    with pytest.raises(ValueError, match="whole number"):
+        f.k_of(f.block_bytes + 1)
+
+
+def test_unknown_format_is_refused():
+    with pytest.raises(ValueError, match="unknown format"):
+        F.spec("q5_0")
+    with pytest.raises(ValueError, match="fmt must be one of"):
+        qk.quantize(torch.zeros(1, 32), "q5_0")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("fmt", F.FORMATS)
+def test_every_format_quantize_dequantize(fmt, device):
+    """The package's quantizer and dequantizer give the spec's bytes and values on every device."""
+    x = make_values((7, 5 * F.SPECS[fmt].block_size), "normal", seed=3)
+    q = qk.quantize(torch.from_numpy(x).to(device), fmt)
+    assert np.array_equal(q.cpu().numpy(), F.quantize(x, fmt))
+    back = qk.dequantize(q, fmt).cpu().numpy()
+    assert np.array_equal(back, F.dequantize(F.quantize(x, fmt), fmt))
+
+
+@pytest.mark.parametrize("kernel", [kernel_param(k) for k in qk.KERNELS.values() if k.wfmt in WEIGHT_FORMATS])
+def test_every_weight_format_through_gemm(kernel):
+    """quantize -> QTensor -> gemm against the reference, for every kernel of every weight format
+    (NMSE against the exact product of the dequantized operands, 5e-4 as llama.cpp's MUL_MAT test)."""
+    k = qk.KERNELS[kernel]
+    M, N, K = 40, 3, 4 * F.SPECS[k.wfmt].block_size
+    W = make_values((M, K), "normal", seed=1)
+    A = make_values((N, K), "normal", seed=2)
+    Wq = qk.QTensor.quantize(torch.from_numpy(W).to(k.device), k.wfmt)
+    assert Wq.shape == (M, K) and Wq.fmt == k.wfmt
+    C = qk.gemm(torch.from_numpy(A).to(k.device), Wq, k.name).cpu().numpy()
+    want = R.gemm_f32(A, F.dequantize(Wq.data.cpu().numpy(), k.wfmt))
+    assert R.nmse(C, want) < 5e-4
+
+
+def test_qtensor_refuses_bytes_that_are_not_blocks():
+    with pytest.raises(ValueError, match="whole number of q4_0 blocks"):
+        qk.QTensor(torch.zeros(2, 35, dtype=torch.uint8), "q4_0")
+    with pytest.raises(TypeError, match="uint8"):
+        qk.QTensor(torch.zeros(2, 36), "q8_1")
+
+
+def test_qtensor_tells_formats_apart_where_bytes_cannot():
+    """306-byte rows are Q8_0 with K=288 or Q4_0 with K=544: the QTensor knows which."""
+    W8 = qk.QTensor.quantize(torch.randn(4, 288), "q8_0")
+    W4 = qk.QTensor.quantize(torch.randn(4, 544), "q4_0")
+    assert W8.data.shape == W4.data.shape == (4, 306)
+    assert (W8.shape, W4.shape) == ((4, 288), (4, 544))
+    with pytest.raises(ValueError, match="reads q4_0 weights, W is a q8_0 QTensor"):
+        qk.gemm(torch.randn(1, 288), W8, "cpu_q4_0_q8_1_simd")
+    with pytest.raises(ValueError, match="reads q8_0 weights, W holds q4_0"):
+        qk.linear(torch.randn(1, 544), W4, kernel="cpu_q8_0_q8_1_naive")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("wfmt", WEIGHT_FORMATS)
+@pytest.mark.parametrize("lead", [(1,), (5,), (2, 3), ()])
+def test_linear_matches_the_kernel_it_picks(wfmt, device, lead):
+    M, K = 72, 96
+    Wq = qk.QTensor.quantize(torch.randn(M, K, device=device), wfmt)
+    x = torch.randn(*lead, K, device=device)
+    y = qk.linear(x, Wq)
+    assert y.shape == (*lead, M)
+    n = int(np.prod(lead)) if lead else 1
+    k = qk.pick_kernel(device, wfmt, n, M)
+    assert k.wfmt == wfmt and k.device == torch.device(device).type
+    assert torch.equal(y.reshape(n, M), qk.gemm(x.reshape(n, K), Wq, k))
+
+
+def test_linear_bad_input_gets_clear_errors():
+    Wq = qk.QTensor.quantize(torch.randn(8, 64), "q4_0")
+    with pytest.raises(TypeError, match="float32"):
+        qk.linear(torch.randn(2, 64, dtype=torch.float16), Wq)
+    with pytest.raises(ValueError, match="K=32 in its last dimension, W \\[M, K\\] has K=64"):
+        qk.linear(torch.randn(2, 32), Wq)
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        qk.linear(np.zeros((2, 64), np.float32), Wq)
+    with pytest.raises(ValueError, match="unknown kernel"):
+        qk.linear(torch.randn(2, 64), Wq, kernel="cpu_q4_0_q8_1_fastest")
+
+
+def test_pick_kernel_on_the_cpu():
+    assert qk.pick_kernel("cpu", "q4_0", 1).name == "cpu_q4_0_q8_1_simd"
+    assert qk.pick_kernel("cpu", "q8_0", 512).name == "cpu_q8_0_q8_1_simd"
+    assert qk.pick_kernel("cpu", "f32", 7).name == "cpu_f32_f32_blocked"
