@@ -1,13 +1,24 @@
 """Compile the C++/CUDA kernels with ``torch.utils.cpp_extension.load`` on first use.
 
+Three extensions, each built and cached on its own by :func:`build_extension` (a name, a torch
+library namespace, its C++ and CUDA sources) and loaded the first time it is used:
+
+* the **core** (:func:`load_extension`): ``bindings.cpp``, ``cpu/*.cpp``, ``cuda/*.cu``; quantize,
+  dequantize and gemm under ``torch.ops.quantgemm``. ``api.py`` is its caller.
+* **appendix B** (:func:`load_appendix_b`): ``appendix_b/``, the misaligned-load demonstration under
+  ``torch.ops.quantgemm_appendix_b``. CUDA only: without a CUDA build it raises instead of compiling.
+* **appendix C** (:func:`load_appendix_c`): ``appendix_c/``, ``conv1d_silu_int8`` under
+  ``torch.ops.quantgemm_appendix_c``, CPU and CUDA.
+
 What this adds to a bare ``load()`` call, and why:
 
 * **Source selection.** A CPU-only torch cannot compile ``.cu`` files (``CUDA_HOME`` is ``None``
   there), so the CUDA sources join the build only when a GPU, a CUDA torch and ``nvcc`` are all
   present. ``QUANTGEMM_NO_CUDA=1`` forces a CPU-only build.
-* **A cache keyed by every file.** torch's own check hashes the listed sources only, so an edited
-  header would be missed. We hash all of ``csrc/`` (headers and ``.def`` tables too), the flags,
-  the torch and Python versions, and build into a directory named after that hash.
+* **A cache keyed by every file a build reads.** torch's own check hashes the listed sources only,
+  so an edited header would be missed. We hash an extension's sources and every header they
+  include, directly or through other headers (``check.h``, ``formats.h``, the ``.def`` tables),
+  the flags, the torch and Python versions, and build into a directory named after that hash.
 * **No hang on a stale lock.** torch serialises builds with a ``lock`` file that a killed build
   leaves behind, after which every ``load()`` waits forever. We take an OS lock (``flock``, freed
   by the kernel when a process dies) around the build; whoever holds it may delete torch's file.
@@ -20,13 +31,34 @@ import fcntl
 import hashlib
 import os
 import platform
+import re
 import shutil
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 CSRC = Path(__file__).resolve().parent / "csrc"
-_loaded: dict | None = None
+_loaded: dict[str, dict] = {}  # extension name -> what build_extension returned
+
+
+class Extension(NamedTuple):
+    """One extension: its name (the cache folder's and library's prefix), the torch library
+    namespace its bindings register, and its sources as glob patterns relative to ``csrc/``."""
+
+    name: str
+    namespace: str
+    sources: tuple[str, ...]
+    cuda_sources: tuple[str, ...] = ()
+    cuda_only: bool = False  #: no CPU build: without CUDA, loading it raises
+    title: str = "kernels"  #: for the status line and errors
+
+
+CORE = Extension("core", "quantgemm", ("bindings.cpp", "cpu/*.cpp"), ("cuda/*.cu",))
+APPENDIX_B = Extension("appendix_b", "quantgemm_appendix_b", ("appendix_b/*.cpp",), ("appendix_b/*.cu",),
+                       cuda_only=True, title="appendix B kernels")
+APPENDIX_C = Extension("appendix_c", "quantgemm_appendix_c", ("appendix_c/*.cpp",), ("appendix_c/*.cu",),
+                       title="appendix C kernels")
 
 
 def cache_root() -> Path:
@@ -66,10 +98,15 @@ def _cpu_arch_flags() -> list[str]:
     return []
 
 
-def build_config(with_cuda: bool) -> dict:
-    sources = [CSRC / "bindings.cpp", *sorted((CSRC / "cpu").glob("*.cpp"))]
+def _glob(patterns) -> list[Path]:
+    return [f for pat in patterns for f in sorted(CSRC.glob(pat))]
+
+
+def build_config(with_cuda: bool, ext: Extension = CORE) -> dict:
+    """The sources and flags of one build of ``ext`` (the core by default)."""
+    sources = _glob(ext.sources)
     if with_cuda:
-        sources += sorted((CSRC / "cuda").glob("*.cu"))
+        sources += _glob(ext.cuda_sources)
     # -ffp-contract=off: no silent fused multiply-adds, so the quantizers round exactly as
     # llama.cpp's C reference does; kernels that want an FMA write fmaf() themselves.
     # No -std flag: torch's cpp_extension passes the standard its headers were built for (C++20
@@ -102,14 +139,38 @@ def _cuda_arch_list() -> str:
     return "9.0a" if caps == {(9, 0)} else ""
 
 
+_QUOTED_INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.M)
+
+
+def files_read(sources) -> list[Path]:
+    """The sources and every file they ``#include "..."``, directly or through other headers,
+    found next to the including file (as the compiler looks first) or under ``csrc/``."""
+    seen: set[Path] = set()
+    todo = [Path(s).resolve() for s in sources]
+    while todo:
+        f = todo.pop()
+        if f in seen or not f.is_file():
+            continue
+        seen.add(f)
+        for inc in _QUOTED_INCLUDE.findall(f.read_bytes()):
+            name = inc.decode()
+            for cand in (f.parent / name, CSRC / name):
+                if cand.is_file():
+                    todo.append(cand.resolve())
+                    break
+    return sorted(seen)
+
+
 def _fingerprint(cfg: dict) -> str:
     import torch
 
     h = hashlib.sha256()
-    for f in sorted(p for p in CSRC.rglob("*") if p.is_file()):
-        h.update(str(f.relative_to(CSRC)).encode())
+    csrc = CSRC.resolve()
+    for f in files_read(cfg["sources"]):
+        h.update(str(f.relative_to(csrc) if f.is_relative_to(csrc) else f).encode())
         h.update(f.read_bytes())
-    h.update(repr((cfg["cflags"], cfg["cuda_flags"], [s.name for s in cfg["sources"]])).encode())
+    names = [str(Path(s).resolve().relative_to(csrc)) for s in cfg["sources"]]
+    h.update(repr((cfg["cflags"], cfg["cuda_flags"], names)).encode())
     h.update(f"{torch.__version__}|{sys.version_info[:2]}|{cfg.get('arch_list', '')}".encode())
     h.update(platform.node().encode() if "-march=native" in cfg["cflags"] else b"")  # native = this CPU
     return h.hexdigest()[:16]
@@ -130,22 +191,33 @@ def _check_compiler(with_cuda: bool) -> None:
             raise RuntimeError("quantgemm_kernels: ninja is required to build (pip install ninja)") from None
 
 
-def load_extension() -> dict:
-    """Build (if needed) and load the extension; return ``{"ops", "with_cuda", "path"}``."""
-    global _loaded
-    if _loaded is not None:
-        return _loaded
+def build_tag(cfg: dict, ext: Extension = CORE) -> str:
+    """The cache folder of one build: extension, variant (cpu or cuda) and the fingerprint."""
+    return f"{ext.name}-{'cuda' if cfg['with_cuda'] else 'cpu'}-{_fingerprint(cfg)}"
+
+
+def build_extension(ext: Extension) -> dict:
+    """Build ``ext`` if its cached build is missing or stale, load it, and return
+    ``{"ops", "with_cuda", "path"}`` (``ops``: its ``torch.ops`` namespace). Loaded once per process."""
+    if ext.name in _loaded:
+        return _loaded[ext.name]
     import torch
 
     with_cuda = cuda_build_possible()
-    cfg = build_config(with_cuda)
-    tag = f"{'cuda' if with_cuda else 'cpu'}-{_fingerprint(cfg)}"
+    if ext.cuda_only and not with_cuda:
+        why = ("QUANTGEMM_NO_CUDA=1 is set" if os.environ.get("QUANTGEMM_NO_CUDA") == "1"
+               else "it needs a CUDA GPU, a CUDA build of PyTorch and nvcc")
+        raise RuntimeError(f"quantgemm_kernels: the {ext.title} are CUDA only and cannot be built here ({why})")
+    cfg = build_config(with_cuda, ext)
+    tag = build_tag(cfg, ext)
+    variant = tag.rsplit("-", 1)[0]  # e.g. core-cuda, appendix_c-cpu
     root = cache_root()
     build_dir = root / tag
     build_dir.mkdir(parents=True, exist_ok=True)
     # The library name stays the same across builds: it is part of every compile command, and a
     # changed command makes ninja recompile everything (see _seed_from_previous_build).
-    name = f"quantgemm_{tag.split('-')[0]}"
+    device_kind = "cuda" if with_cuda else "cpu"
+    name = f"quantgemm_{device_kind}" if ext.name == "core" else f"quantgemm_{ext.name}_{device_kind}"
     so_path = build_dir / f"{name}.so"
     done_marker = build_dir / "built.ok"
 
@@ -157,14 +229,30 @@ def load_extension() -> dict:
                 stale = build_dir / "lock"  # torch's FileBaton; only a dead build can have left it
                 if stale.exists():
                     stale.unlink()
-                _seed_from_previous_build(build_dir, tag.split("-")[0])
-                _compile(cfg, name, build_dir, with_cuda)
+                _seed_from_previous_build(build_dir, variant)
+                label = "CUDA" if ext.cuda_only else "CPU + CUDA" if with_cuda else "CPU"
+                _compile(cfg, name, build_dir, with_cuda, f"{label} {ext.title}")
                 done_marker.write_text(tag)
             torch.ops.load_library(str(so_path))
         finally:
             fcntl.flock(lockfile, fcntl.LOCK_UN)
-    _loaded = {"ops": torch.ops.quantgemm, "with_cuda": with_cuda, "path": str(so_path)}
-    return _loaded
+    _loaded[ext.name] = {"ops": getattr(torch.ops, ext.namespace), "with_cuda": with_cuda, "path": str(so_path)}
+    return _loaded[ext.name]
+
+
+def load_extension() -> dict:
+    """Build (if needed) and load the core extension; return ``{"ops", "with_cuda", "path"}``."""
+    return build_extension(CORE)
+
+
+def load_appendix_b() -> dict:
+    """Appendix B's misaligned-load demonstration (CUDA only; raises RuntimeError elsewhere)."""
+    return build_extension(APPENDIX_B)
+
+
+def load_appendix_c() -> dict:
+    """Appendix C's conv1d_silu_int8 operator (CPU, and CUDA where it can be built)."""
+    return build_extension(APPENDIX_C)
 
 
 def _seed_from_previous_build(build_dir: Path, variant: str) -> None:
@@ -181,12 +269,11 @@ def _seed_from_previous_build(build_dir: Path, variant: str) -> None:
         shutil.copy2(f, build_dir / f.name)
 
 
-def _compile(cfg: dict, name: str, build_dir: Path, with_cuda: bool) -> None:
+def _compile(cfg: dict, name: str, build_dir: Path, with_cuda: bool, what: str) -> None:
     from torch.utils.cpp_extension import load
 
     os.environ.setdefault("MAX_JOBS", str(os.cpu_count() or 1))
-    what = "CPU + CUDA" if with_cuda else "CPU"
-    print(f"quantgemm_kernels: compiling the {what} kernels (first use after a source change) ...",
+    print(f"quantgemm_kernels: compiling the {what} (first use after a source change) ...",
           end="", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
     saved_arch = os.environ.get("TORCH_CUDA_ARCH_LIST")

@@ -14,7 +14,7 @@ import pytest
 import torch
 from conftest import ROOT, requires_cuda
 
-from quantgemm_kernels import fused_quant as fq
+from quantgemm_kernels.appendices import fused_quant as fq
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
@@ -255,7 +255,7 @@ def test_imports_without_triton():
     """The package and the CPU path must work where triton is missing (or broken)."""
     code = ("import sys; sys.modules['triton'] = None\n"
             "import torch, quantgemm_kernels\n"
-            "from quantgemm_kernels import fused_quant as fq\n"
+            "from quantgemm_kernels.appendices import fused_quant as fq\n"
             "assert not fq.triton_available()\n"
             "q, s = fq.quant_slide(torch.randn(3, 20), 8, 'fp8')\n"
             "assert q.shape == (16, 64)  # 3 groups x 12 = 36 columns, padded to 64\n"

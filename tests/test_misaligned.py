@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from quantgemm_kernels import formats as F
-from quantgemm_kernels import misaligned as mis
+from quantgemm_kernels import _build
+from quantgemm_kernels.appendices import misaligned as mis
 
 from conftest import requires_cuda
 
@@ -53,6 +54,17 @@ def test_naive_mode_is_refused_in_this_process():
         mis.block_sums(q, "aligned")
 
 
+def test_kernels_without_cuda_raise_a_clear_error(monkeypatch):
+    """Appendix B's extension is CUDA only: without a CUDA build, loading it says so (and compiles nothing)."""
+    monkeypatch.setenv("QUANTGEMM_NO_CUDA", "1")
+    monkeypatch.setattr(_build, "_loaded", {})
+    with pytest.raises(RuntimeError, match="appendix B kernels are CUDA only.*QUANTGEMM_NO_CUDA"):
+        mis._ops()
+    q = torch.zeros(18, dtype=torch.uint8)  # a CPU tensor is refused before that, as a ValueError
+    with pytest.raises(ValueError, match="run on a CUDA GPU"):
+        mis.block_sums(q, "two_halves")
+
+
 @requires_cuda
 @pytest.mark.parametrize("mode", mis.LEGAL_MODES)
 def test_legal_loads_match_the_reference(mode):
@@ -90,7 +102,7 @@ def test_naive_kernel_faults_with_misaligned_address_in_a_child():
 
 def test_error_line_and_path_scrubbing():
     stderr = ('Traceback (most recent call last):\n'
-              f'  File "{mis.ROOT}/quantgemm_kernels/misaligned.py", line 1, in <module>\n'
+              f'  File "{mis.ROOT}/quantgemm_kernels/appendices/misaligned.py", line 1, in <module>\n'
               '    torch.cuda.synchronize()  # mentions misaligned address in a comment\n'
               '  File "/opt/py/lib/python3.12/site-packages/torch/cuda/__init__.py", line 2, in synchronize\n'
               'torch.AcceleratorError: CUDA error: misaligned address\n'
@@ -98,7 +110,7 @@ def test_error_line_and_path_scrubbing():
     assert mis.error_line(stderr) == "torch.AcceleratorError: CUDA error: misaligned address"
     clean = mis.scrub_paths(stderr)
     assert str(mis.ROOT) not in clean and "/opt/py" not in clean
-    assert '"<repo>/quantgemm_kernels/misaligned.py"' in clean and '"<site-packages>/torch/cuda' in clean
+    assert '"<repo>/quantgemm_kernels/appendices/misaligned.py"' in clean and '"<site-packages>/torch/cuda' in clean
     assert mis.error_line("") == ""
 
 

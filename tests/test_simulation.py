@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from quantgemm_kernels import simulation as S
+from quantgemm_kernels.appendices import simulation as S
 from quantgemm_kernels.reference import nmse
 
 from conftest import ROOT, requires_cuda
@@ -170,10 +170,10 @@ def test_bad_input_raises(what, call, exc, msg):
 
 COMPILED_OP_CHECKS = textwrap.dedent("""
     import torch
-    from quantgemm_kernels import simulation as S
+    from quantgemm_kernels.appendices import simulation as S
     x, w, sx, sw, b, so = S.make_inputs(1, 4, 8, 3, seed=0)
     S.conv1d_silu_int8(x, w, sx, sw, b, so)  # builds/loads the extension
-    op = torch.ops.quantgemm.conv1d_silu_int8
+    op = torch.ops.quantgemm_appendix_c.conv1d_silu_int8
     cases = [
         ("w has 3 channels", lambda: op(x, w[:3].contiguous(), sx, sw, b, so, False, False)),
         ("x_scale must have 4", lambda: op(x, w, torch.ones(2), sw, b, so, False, False)),
@@ -185,7 +185,7 @@ COMPILED_OP_CHECKS = textwrap.dedent("""
         try:
             call()
             print("NO ERROR", expected)
-        except RuntimeError as e:  # the C++ layer raises RuntimeError (bindings.cpp, QG_CHECK, says why)
+        except RuntimeError as e:  # the C++ layer raises RuntimeError (check.h's QG_CHECK)
             print("RuntimeError" if expected in str(e) else "WRONG MESSAGE " + str(e), flush=True)
 """)
 
@@ -246,11 +246,11 @@ def test_cuda_mixed_devices_raise():
         S.conv1d_silu_int8(x.cuda(), w.cuda(), sx, sw.cuda(), b.cuda(), so)
     code = textwrap.dedent("""
         import torch
-        from quantgemm_kernels import simulation as S
+        from quantgemm_kernels.appendices import simulation as S
         x, w, sx, sw, b, so = S.make_inputs(1, 4, 8, 3, seed=0)
         S.conv1d_silu_int8(x, w, sx, sw, b, so)
         try:  # the compiled op, past the Python checks: x on the CPU, the rest on the GPU
-            torch.ops.quantgemm.conv1d_silu_int8(x, w.cuda(), sx.cuda(), sw.cuda(), b.cuda(), so, False, False)
+            torch.ops.quantgemm_appendix_c.conv1d_silu_int8(x, w.cuda(), sx.cuda(), sw.cuda(), b.cuda(), so, False, False)
         except RuntimeError as e:
             print("RuntimeError", "x is on" in str(e))
     """)

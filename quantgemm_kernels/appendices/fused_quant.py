@@ -42,10 +42,11 @@ Two implementations return identical bytes:
 * :func:`quant_slide_reference`: readable torch (CPU or GPU), the spec.
 * :func:`quant_slide_triton`: one Triton kernel, two passes per row (absmax, then
   quantize + slide + pack over tiles of output windows). ``triton`` is imported only inside it,
-  so this module and the CPU path work without triton.
+  so this module and the CPU path work without triton. No C++ extension: Triton compiles the
+  kernel (``_fused_quant_triton.py``) on its first call.
 
 :func:`bench_fused_quant` times both against a plain copy of ``x``; ``python -m
-quantgemm_kernels.fused_quant --help`` runs a sweep and records it under
+quantgemm_kernels.appendices.fused_quant --help`` runs a sweep and records it under
 ``bench_results/appendix_d/<machine>.csv``.
 """
 from __future__ import annotations
@@ -383,7 +384,7 @@ def _time_us(fn, n_sets: int, device: str, warmup: int, reps: int, inner: int) -
     microseconds would time the launch overhead instead. Where capture fails, the same
     ``inner`` calls run eagerly.
     """
-    from .bench import time_callable
+    from ..bench import time_callable
 
     def many():
         for i in range(inner):
@@ -508,7 +509,7 @@ def run_sweep(Ms=SWEEP_MS, Ks=SWEEP_KS, L: int = 8, fmts=("int8", "fp8"), dtype=
     return rows
 
 
-RESULTS_DIR = Path(__file__).resolve().parent.parent / "bench_results" / "appendix_d"
+RESULTS_DIR = Path(__file__).resolve().parents[2] / "bench_results" / "appendix_d"
 RESULT_COLUMNS = ("impl", "M", "K", "L", "fmt", "dtype", "device", "status", "reason", "us", "bytes", "gbps",
                   "frac_of_copy", "timing")
 
@@ -519,11 +520,11 @@ def save_results(rows: list[dict], out_dir=RESULTS_DIR, device: str = "cuda") ->
     ``bench.load_results("bench_results")``, which picks the newest JSON, never picks this."""
     import csv
 
-    from . import bench
+    from .. import bench
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    header = bench.make_header(device, triton=_triton_version(), tool="quantgemm_kernels.fused_quant",
+    header = bench.make_header(device, triton=_triton_version(), tool="quantgemm_kernels.appendices.fused_quant",
                                timing="median over timed samples after warm-up; a sample is one CUDA-graph replay "
                                       "of back-to-back calls rotating over buffer sets (fused_quant.ROTATE_BYTES), "
                                       "between CUDA events; us = sample time / calls (eager perf_counter on a CPU)")
@@ -540,7 +541,7 @@ def save_results(rows: list[dict], out_dir=RESULTS_DIR, device: str = "cuda") ->
 
 def load_results(out_dir=RESULTS_DIR) -> list[dict]:
     """Every recorded sweep under ``out_dir``: ``[{"header", "rows", "path"}]``, newest last."""
-    from . import bench
+    from .. import bench
 
     d = Path(out_dir)
     found = sorted(d.glob("*.csv"), key=lambda p: p.stat().st_mtime) if d.is_dir() else []
@@ -585,7 +586,7 @@ def _triton_version():
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m quantgemm_kernels.fused_quant",
+    p = argparse.ArgumentParser(prog="python -m quantgemm_kernels.appendices.fused_quant",
                                 description="Time the fused quantize+slide kernel against the torch reference "
                                             "and a plain copy; write bench_results/appendix_d/<machine>.csv.")
     p.add_argument("--Ms", default=",".join(map(str, SWEEP_MS)), help="comma-separated M values")
@@ -601,7 +602,7 @@ def main(argv=None) -> int:
                         "(INT8), against choose_config's pick")
     args = p.parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    from .bench import machine_name
+    from ..bench import machine_name
 
     print(f"# {machine_name(device)}; triton {_triton_version()}")
     if args.configs:

@@ -7,12 +7,15 @@ the natural-alignment rule of GPU loads and dies with ``cudaErrorMisalignedAddre
 So the faulting kernel runs only in a child process (:func:`run_in_child`), whose stderr and
 exit status come back as data.
 
-The kernels (``csrc/cuda/misaligned_demo.cu``) all compute, one thread per block, the sum of the
-block's 32 dequantized values; they differ only in how the quant bytes are loaded (:data:`MODES`).
+The kernels (``csrc/appendix_b/misaligned_demo.cu``) all compute, one thread per block, the sum
+of the block's 32 dequantized values; they differ only in how the quant bytes are loaded
+(:data:`MODES`). They build on first use into their own small extension, CUDA only, with its
+operators under ``torch.ops.quantgemm_appendix_b`` (``_build.load_appendix_b``); where CUDA cannot
+be built, a call raises RuntimeError. The layout functions are numpy and run everywhere.
 :func:`measure_bandwidth` times the legal ones against each other, :func:`record` writes both
 results to ``bench_results/appendix_b/<gpu>.json`` for the CPU build of the book to show.
 
-Command line (GPU machine): ``python -m quantgemm_kernels.misaligned --record``.
+Command line (GPU machine): ``python -m quantgemm_kernels.appendices.misaligned --record``.
 """
 from __future__ import annotations
 
@@ -28,9 +31,9 @@ from pathlib import Path
 
 import numpy as np
 
-from . import formats as F
+from .. import formats as F
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RESULTS_DIR = ROOT / "bench_results" / "appendix_b"
 
 #: mode name -> the integer the CUDA launcher takes (csrc/cuda/misaligned_demo.h)
@@ -98,9 +101,9 @@ def words_from_halves(qs_bytes: np.ndarray) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------
 
 def _ops():
-    from ._build import load_extension
+    from .._build import load_appendix_b
 
-    return load_extension()["ops"]
+    return load_appendix_b()["ops"]
 
 
 def repack(q):
@@ -140,7 +143,7 @@ def make_blocks(n_blocks: int, seed: int = 0, device: str = "cuda"):
     """``n_blocks`` Q4_0 blocks of seeded normal values, as uint8 bytes [n_blocks * 18] on ``device``."""
     import torch
 
-    from .api import quantize
+    from ..api import quantize
 
     g = torch.Generator(device=device).manual_seed(seed)
     x = torch.randn(n_blocks, F.QK, generator=g, device=device)  # one block per row
@@ -193,13 +196,14 @@ def run_in_child(fixed: bool, n_blocks: int = 4096, seed: int = 0, timeout: floa
     """Run the naive (``fixed=False``) or the two-halves kernel (``fixed=True``) in a fresh Python
     process and return what it printed and its exit status. The child compares the kernel's
     output with :func:`reference_block_sums`; a fault ends the child, never this process."""
-    from ._build import load_extension
+    from .._build import load_appendix_b, load_extension
 
-    load_extension()  # build here first, so the child only loads the cached library
+    load_extension()  # build both here first (make_blocks quantizes with the core),
+    load_appendix_b()  # so that the child only loads the cached libraries
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["PYTHONUNBUFFERED"] = "1"
-    cmd = [sys.executable, "-m", "quantgemm_kernels.misaligned", "--child", "fixed" if fixed else "naive",
+    cmd = [sys.executable, "-m", "quantgemm_kernels.appendices.misaligned", "--child", "fixed" if fixed else "naive",
            "--blocks", str(n_blocks), "--seed", str(seed)]
     t0 = time.perf_counter()
     try:
@@ -240,7 +244,7 @@ def measure_bandwidth(n_blocks: int = 1 << 24, reps: int = 20, seed: int = 0) ->
     times a plain copy of the blocks: the bandwidth a streaming kernel can hope for."""
     import torch
 
-    from .bench import time_callable
+    from ..bench import time_callable
 
     q = make_blocks(n_blocks, seed)
     ref = reference_block_sums(q.cpu().numpy())
@@ -271,7 +275,7 @@ def record(out_dir=None, n_blocks: int = 1 << 24) -> Path:
     """Run both children and the bandwidth measurement on this GPU; write one JSON file."""
     import torch
 
-    from .bench import make_header, machine_slug
+    from ..bench import make_header, machine_slug
 
     if not torch.cuda.is_available():
         raise RuntimeError("record() needs a CUDA GPU")
@@ -281,7 +285,7 @@ def record(out_dir=None, n_blocks: int = 1 << 24) -> Path:
         d = asdict(r) | {"error_line": r.error_line, "report": r.report}
         d["stdout"], d["stderr"] = scrub_paths(r.stdout), scrub_paths(r.stderr)
         children[name] = d
-    data = {"header": make_header("cuda", tool="quantgemm_kernels.misaligned"),
+    data = {"header": make_header("cuda", tool="quantgemm_kernels.appendices.misaligned"),
             "children": children,
             "bandwidth": measure_bandwidth(n_blocks)}
     out = Path(out_dir) if out_dir else RESULTS_DIR
@@ -307,7 +311,7 @@ def load_recorded(results_dir=None) -> dict | None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m quantgemm_kernels.misaligned", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m quantgemm_kernels.appendices.misaligned", description=__doc__.split("\n")[0])
     p.add_argument("--child", choices=("naive", "fixed"), help="(internal) run one kernel and report")
     p.add_argument("--blocks", type=int, default=4096)
     p.add_argument("--seed", type=int, default=0)

@@ -14,8 +14,10 @@ For int8 ``x [batch, channels, time]`` and ``w [channels, width]``, in this orde
 
 Functions (the appendix uses all of them):
 
-* :func:`conv1d_silu_int8`: the compiled kernel (``csrc/cpu/conv1d_silu_int8.cpp`` and
-  ``csrc/cuda/conv1d_silu_int8.cu``), on the device of its inputs.
+* :func:`conv1d_silu_int8`: the compiled kernel (``csrc/appendix_c/conv1d_silu_int8.cpp`` and
+  ``.cu``), on the device of its inputs. It builds on first use into its own small extension,
+  the CPU kernel always and the CUDA one where CUDA is, with its operator under
+  ``torch.ops.quantgemm_appendix_c`` (``_build.load_appendix_c``).
 * :func:`simulate_faithful`: numpy, the kernel's operations in the kernel's order; it matches the
   kernel bit for bit, the int8 output and the float32 SiLU output both.
 * :func:`simulate_float`: the float "simulation" ("Mode 2") that appendix C examines (dequantize
@@ -86,7 +88,7 @@ def conv1d_silu_int8(x, w, x_scale, w_scale, bias, out_scale, *, return_float=Fa
     GPU) instead of the kernel's bit-portable exp: the results may then differ between devices.
     ``out_scale`` is rounded to float32 once, as the kernel receives it.
     """
-    from ._build import load_extension
+    from .._build import load_appendix_c
 
     for t, name in ((x, "x"), (w, "w")):
         if not isinstance(t, torch.Tensor):
@@ -114,7 +116,7 @@ def conv1d_silu_int8(x, w, x_scale, w_scale, bias, out_scale, *, return_float=Fa
         s = float(F32(out_scale))  # what the kernel receives: 1e-50 becomes 0, 1e39 becomes inf
     if not (math.isfinite(s) and s > 0):
         raise ValueError(f"out_scale must be a positive, finite float32, got {out_scale!r}")
-    ext = load_extension()
+    ext = load_appendix_c()
     if x.device.type == "cuda" and not ext["with_cuda"]:
         raise ValueError("x is on a CUDA device but the CUDA kernels are not built here")
     q, z = ext["ops"].conv1d_silu_int8(x, w, x_scale, w_scale, bias, s, bool(return_float), bool(libm_exp))
