@@ -26,6 +26,18 @@ def test_registry_matches_compiled_table():
     assert built == expected
 
 
+def test_format_and_sum_x_tables_match_python():
+    """csrc/formats.def and formats.SPECS list the same formats with the same block sizes; the
+    sum_x column of cuda/kernels.def is registry.py's Kernel.sum_x."""
+    from quantgemm_kernels import formats as F
+
+    _load()
+    assert list(torch.ops.quantgemm.format_table()) == [
+        f"{f.name}:{f.block_size}:{f.block_bytes}" for f in F.SPECS.values()]
+    want = {k.name for k in qk.KERNELS.values() if k.sum_x} if HAS_CUDA else set()
+    assert set(torch.ops.quantgemm.sum_x_kernel_names()) == want
+
+
 def _load():
     from quantgemm_kernels._build import load_extension
     load_extension()

@@ -1,6 +1,7 @@
 // bindings.cpp: the only file that sees torch::Tensor.
 //
-// It registers four operators under torch.ops.quantgemm, checks every input before a kernel sees
+// It registers the core operators under torch.ops.quantgemm (quantize, dequantize, gemm, and the
+// kernel and format tables the tests compare with registry.py and formats.py), checks every input before a kernel sees
 // a pointer (dtype, device, shape, contiguity, alignment), allocates the output and calls the
 // kernel: CPU kernels split over threads with at::parallel_for, CUDA launchers on the current
 // stream with a launch check. The Python layer (quantgemm_kernels/api.py) checks the same things
@@ -32,25 +33,41 @@ namespace {
 
 // qg_str, QG_CHECK and check_launch come from check.h (no iostreams in error messages: see there).
 
-struct FormatInfo { const char* name; QgFormat fmt; int64_t block_bytes; };
-const FormatInfo FORMATS[] = {{"q4_0", QG_Q4_0, 18}, {"q8_0", QG_Q8_0, 34}, {"q8_1", QG_Q8_1, 36}};
+// The formats, from formats.def: name, id, values and bytes per block.
+struct FormatInfo { const char* name; QgFormat fmt; int64_t block_values, block_bytes; };
+const FormatInfo FORMATS[] = {
+#define QG_FORMAT(name, id, block, qk) {#name, id, qk, (int64_t)sizeof(block)},
+#include "formats.def"
+#undef QG_FORMAT
+};
+
+std::string format_names() {
+    std::string s;
+    for (const auto& f : FORMATS) s += (s.empty() ? "" : ", ") + std::string(f.name);
+    return s;
+}
 
 const FormatInfo& format_info(const std::string& fmt) {
     for (const auto& f : FORMATS) if (fmt == f.name) return f;
-    throw std::runtime_error(qg_str("unknown format '", fmt, "': expected one of q4_0, q8_0, q8_1"));
+    throw std::runtime_error(qg_str("unknown format '", fmt, "': expected one of ", format_names()));
 }
 
-void check_float_rows(const at::Tensor& x, const char* what) {
+const FormatInfo* format_info(QgFormat fmt) {
+    for (const auto& f : FORMATS) if (fmt == f.fmt) return &f;
+    return nullptr;
+}
+
+void check_float_rows(const at::Tensor& x, const char* what, int64_t block_values) {
     QG_CHECK(x.scalar_type() == at::kFloat, what, " must be float32, got ", x.scalar_type());
     QG_CHECK(x.dim() == 2, what, " must be 2-D [rows, K], got ", x.dim(), "-D");
     QG_CHECK(x.is_contiguous(), what, " must be contiguous (call .contiguous())");
-    QG_CHECK(x.size(1) > 0 && x.size(1) % QK == 0, what, ": K (", x.size(1),
-                      ") must be a positive multiple of 32");
+    QG_CHECK(x.size(1) > 0 && x.size(1) % block_values == 0, what, ": K (", x.size(1),
+                      ") must be a positive multiple of ", block_values);
 }
 
 void check_block_rows(const at::Tensor& q, const FormatInfo& f, const char* what) {
     QG_CHECK(q.scalar_type() == at::kByte, what, " must be uint8 blocks, got ", q.scalar_type());
-    QG_CHECK(q.dim() == 2, what, " must be 2-D [rows, K/32*", f.block_bytes, "], got ", q.dim(), "-D");
+    QG_CHECK(q.dim() == 2, what, " must be 2-D [rows, K/", f.block_values, "*", f.block_bytes, "], got ", q.dim(), "-D");
     QG_CHECK(q.is_contiguous(), what, " must be contiguous");
     QG_CHECK(q.size(1) > 0 && q.size(1) % f.block_bytes == 0, what, ": row of ", q.size(1),
                       " bytes is not a whole number of ", f.name, " blocks (", f.block_bytes, " B)");
@@ -59,21 +76,23 @@ void check_block_rows(const at::Tensor& q, const FormatInfo& f, const char* what
 // ---------------------------------------------------------------- quantize / dequantize
 at::Tensor quantize_cpu(const at::Tensor& x, c10::string_view fmt_sv, int64_t sum_mode) {
     const FormatInfo& f = format_info(std::string(fmt_sv));
-    check_float_rows(x, "x");
+    check_float_rows(x, "x", f.block_values);
     QG_CHECK(sum_mode == Q8_1_S_D_SUM_Q || sum_mode == Q8_1_S_SUM_X, "bad q8_1 sum mode ", sum_mode);
     const int64_t rows = x.size(0), K = x.size(1);
-    at::Tensor q = at::empty({rows, K / QK * f.block_bytes}, x.options().dtype(at::kByte));
+    const int64_t row_bytes = K / f.block_values * f.block_bytes;
+    at::Tensor q = at::empty({rows, row_bytes}, x.options().dtype(at::kByte));
     if (rows == 0) return q;
     const float* xp = x.data_ptr<float>();
     uint8_t* qp = q.data_ptr<uint8_t>();
-    const int64_t row_bytes = K / QK * f.block_bytes;
     at::parallel_for(0, rows, 16, [&](int64_t r0, int64_t r1) {
         const float* xs = xp + r0 * K;
         void* ys = qp + r0 * row_bytes;
         switch (f.fmt) {
-            case QG_Q4_0: quantize_rows_q4_0(xs, (block_q4_0*)ys, r1 - r0, K); break;
-            case QG_Q8_0: quantize_rows_q8_0(xs, (block_q8_0*)ys, r1 - r0, K); break;
-            default: quantize_rows_q8_1(xs, (block_q8_1*)ys, r1 - r0, K, (int)sum_mode); break;
+#define QG_FORMAT(name, id, block, qk) \
+            case id: quantize_rows_##name(xs, (block*)ys, r1 - r0, K, (int)sum_mode); break;
+#include "formats.def"
+#undef QG_FORMAT
+            default: break;
         }
     });
     return q;
@@ -82,23 +101,23 @@ at::Tensor quantize_cpu(const at::Tensor& x, c10::string_view fmt_sv, int64_t su
 at::Tensor dequantize_cpu(const at::Tensor& q, c10::string_view fmt_sv) {
     const FormatInfo& f = format_info(std::string(fmt_sv));
     check_block_rows(q, f, "q");
-    const int64_t rows = q.size(0), K = q.size(1) / f.block_bytes * QK;
+    const int64_t rows = q.size(0), K = q.size(1) / f.block_bytes * f.block_values;
     at::Tensor y = at::empty({rows, K}, q.options().dtype(at::kFloat));
     if (rows == 0) return y;
     const uint8_t* qp = q.data_ptr<uint8_t>();
     float* yp = y.data_ptr<float>();
     switch (f.fmt) {
-        case QG_Q4_0: dequantize_rows_q4_0((const block_q4_0*)qp, yp, rows, K); break;
-        case QG_Q8_0: dequantize_rows_q8_0((const block_q8_0*)qp, yp, rows, K); break;
-        default: dequantize_rows_q8_1((const block_q8_1*)qp, yp, rows, K); break;
+#define QG_FORMAT(name, id, block, qk) \
+        case id: dequantize_rows_##name((const block*)qp, yp, rows, K); break;
+#include "formats.def"
+#undef QG_FORMAT
+        default: break;
     }
     return y;
 }
 
 // ---------------------------------------------------------------- GEMM
 struct KernelFormats { QgFormat w, a; };
-
-int64_t block_bytes_of(QgFormat f) { return f == QG_Q4_0 ? 18 : f == QG_Q8_0 ? 34 : f == QG_Q8_1 ? 36 : 0; }
 
 // Checks A [N, K or K/32 blocks] and W [M, ...] against the kernel's formats; returns K.
 int64_t check_gemm_inputs(const at::Tensor& A, const at::Tensor& W, const KernelFormats& kf) {
@@ -111,13 +130,16 @@ int64_t check_gemm_inputs(const at::Tensor& A, const at::Tensor& W, const Kernel
             return t.size(1);
         }
         QG_CHECK(t.scalar_type() == at::kByte, what, " must be uint8 blocks, got ", t.scalar_type());
-        QG_CHECK(t.size(1) % block_bytes_of(f) == 0, what, ": row of ", t.size(1),
-                          " bytes is not a whole number of ", block_bytes_of(f), "-byte blocks");
-        return t.size(1) / block_bytes_of(f) * QK;
+        const FormatInfo* fi = format_info(f);
+        QG_CHECK(fi != nullptr, what, ": format ", f, " is not in formats.def");
+        QG_CHECK(t.size(1) % fi->block_bytes == 0, what, ": row of ", t.size(1),
+                          " bytes is not a whole number of ", fi->block_bytes, "-byte ", fi->name, " blocks");
+        return t.size(1) / fi->block_bytes * fi->block_values;
     };
     const int64_t Ka = k_of(A, kf.a, "A"), Kw = k_of(W, kf.w, "W");
     QG_CHECK(Ka == Kw, "A and W disagree on K: A has K=", Ka, ", W has K=", Kw);
-    QG_CHECK(Ka > 0 && Ka % QK == 0, "K (", Ka, ") must be a positive multiple of 32");
+    // K a multiple of 32 also for float32 operands: every kernel of the course steps K by 32
+    QG_CHECK(Ka > 0 && Ka % 32 == 0, "K (", Ka, ") must be a positive multiple of 32");
     QG_CHECK(A.size(0) <= INT32_MAX && W.size(0) <= INT32_MAX && Ka <= INT32_MAX, "sizes must fit in int32");
     return Ka;
 }
@@ -148,9 +170,12 @@ at::Tensor gemm_cpu(const at::Tensor& A, const at::Tensor& W, c10::string_view k
 }
 
 #ifdef WITH_CUDA
-struct CudaKernel { const char* name; void (*fn)(const GemmProblem&, cudaStream_t); KernelFormats formats; };
+// sum_x: the kernel quantizes A itself and can do it as llama.cpp's CUDA backend does for the same
+// kernel kind (Q8_1_S_SUM_X): the decode kernels as quantize_q8_1 (s = sum(x), which MMVQ reads),
+// the tensor-core kernels as MMQ's quantize_mmq_q8_1 (cuda/kernels.def marks them).
+struct CudaKernel { const char* name; void (*fn)(const GemmProblem&, cudaStream_t); KernelFormats formats; bool sum_x; };
 const CudaKernel CUDA_KERNELS[] = {
-#define QG_CUDA_KERNEL(name, wfmt, afmt) {#name, name, {wfmt, afmt}},
+#define QG_CUDA_KERNEL(name, wfmt, afmt, sum_x) {#name, name, {wfmt, afmt}, sum_x != 0},
 #include "cuda/kernels.def"
 #undef QG_CUDA_KERNEL
 };
@@ -163,19 +188,21 @@ void check_aligned(const at::Tensor& t, const char* what) {
 
 at::Tensor quantize_cuda(const at::Tensor& x, c10::string_view fmt_sv, int64_t sum_mode) {
     const FormatInfo& f = format_info(std::string(fmt_sv));
-    check_float_rows(x, "x");
+    check_float_rows(x, "x", f.block_values);
     QG_CHECK(sum_mode == Q8_1_S_D_SUM_Q || sum_mode == Q8_1_S_SUM_X, "bad q8_1 sum mode ", sum_mode);
     const c10::cuda::CUDAGuard guard(x.device());
     const int64_t rows = x.size(0), K = x.size(1);
-    at::Tensor q = at::empty({rows, K / QK * f.block_bytes}, x.options().dtype(at::kByte));
+    at::Tensor q = at::empty({rows, K / f.block_values * f.block_bytes}, x.options().dtype(at::kByte));
     if (rows == 0) return q;
     cudaStream_t s = at::cuda::getCurrentCUDAStream();
     const float* xp = x.data_ptr<float>();
     void* qp = q.data_ptr();
     switch (f.fmt) {
-        case QG_Q4_0: cuda_quantize_q4_0(xp, (block_q4_0*)qp, rows, K, s); break;
-        case QG_Q8_0: cuda_quantize_q8_0(xp, (block_q8_0*)qp, rows, K, s); break;
-        default: cuda_quantize_q8_1(xp, (block_q8_1*)qp, rows, K, (int)sum_mode, s); break;
+#define QG_FORMAT(name, id, block, qk) \
+        case id: cuda_quantize_##name(xp, (block*)qp, rows, K, (int)sum_mode, s); break;
+#include "formats.def"
+#undef QG_FORMAT
+        default: break;
     }
     check_launch();
     return q;
@@ -185,24 +212,12 @@ at::Tensor dequantize_cuda(const at::Tensor& q, c10::string_view fmt_sv) {
     const FormatInfo& f = format_info(std::string(fmt_sv));
     check_block_rows(q, f, "q");
     const c10::cuda::CUDAGuard guard(q.device());
-    const int64_t rows = q.size(0), K = q.size(1) / f.block_bytes * QK;
+    const int64_t rows = q.size(0), K = q.size(1) / f.block_bytes * f.block_values;
     at::Tensor y = at::empty({rows, K}, q.options().dtype(at::kFloat));
     if (rows == 0) return y;
     cuda_dequantize(q.data_ptr(), f.fmt, y.data_ptr<float>(), rows, K, at::cuda::getCurrentCUDAStream());
     check_launch();
     return y;
-}
-
-// The kernels that quantize A themselves and can do it as llama.cpp's CUDA backend does for the same
-// kernel kind (Q8_1_S_SUM_X): the decode kernels as quantize_q8_1 (s = sum(x), which MMVQ reads),
-// the tensor-core kernels as MMQ's quantize_mmq_q8_1. decode_fused, a step of the ladder, cannot.
-bool has_sum_mode(const std::string& kernel) {
-    // Not the Q8_0 mma step: MMQ keeps d_a in float32 there, and mma's magic-number conversion is
-    // exact only for a d_a of at most 22 significant bits (mma.cuh).
-    return kernel.rfind("cuda_", 0) == 0 && kernel != "cuda_q4_0_q8_1_decode_fused" &&
-           kernel != "cuda_q8_0_q8_1_mma" &&
-           (kernel.find("_decode") != std::string::npos || kernel.find("_mma") != std::string::npos ||
-            kernel.find("_wgmma") != std::string::npos);
 }
 
 at::Tensor gemm_cuda(const at::Tensor& A, const at::Tensor& W, c10::string_view kernel_sv, int64_t sum_mode) {
@@ -211,7 +226,7 @@ at::Tensor gemm_cuda(const at::Tensor& A, const at::Tensor& W, c10::string_view 
     for (const auto& c : CUDA_KERNELS) if (kernel == c.name) k = &c;
     QG_CHECK(k != nullptr, "no CUDA kernel named '", kernel, "'");
     QG_CHECK(sum_mode == Q8_1_S_D_SUM_Q || sum_mode == Q8_1_S_SUM_X, "bad q8_1 sum mode ", sum_mode);
-    QG_CHECK(sum_mode == Q8_1_S_D_SUM_Q || has_sum_mode(kernel), "kernel '", kernel, "' has no choice of "
+    QG_CHECK(sum_mode == Q8_1_S_D_SUM_Q || k->sum_x, "kernel '", kernel, "' has no choice of "
              "Q8_1's s (it quantizes A with the reference quantizer, or never reads s)");
     const int64_t K = check_gemm_inputs(A, W, k->formats);
     check_aligned(A, "A");
@@ -234,6 +249,24 @@ at::Tensor gemm_cuda(const at::Tensor& A, const at::Tensor& W, c10::string_view 
 }
 #endif
 
+// The formats table as "name:values per block:bytes per block", for the test that compares it with
+// formats.SPECS.
+std::vector<std::string> format_table() {
+    std::vector<std::string> rows;
+    for (const auto& f : FORMATS)
+        rows.push_back(qg_str(f.name, ":", f.block_values, ":", f.block_bytes));
+    return rows;
+}
+
+// The CUDA kernels whose sum_x flag is set (empty in a CPU build), for the test against registry.py.
+std::vector<std::string> sum_x_kernel_names() {
+    std::vector<std::string> names;
+#ifdef WITH_CUDA
+    for (const auto& k : CUDA_KERNELS) if (k.sum_x) names.push_back(k.name);
+#endif
+    return names;
+}
+
 std::vector<std::string> kernel_names() {
     std::vector<std::string> names;
     for (const auto& k : CPU_KERNELS) names.push_back(k.name);
@@ -250,6 +283,8 @@ TORCH_LIBRARY(quantgemm, m) {
     m.def("dequantize(Tensor q, str fmt) -> Tensor");
     m.def("gemm(Tensor A, Tensor W, str kernel, int q8_1_sum_mode=0) -> Tensor");
     m.def("kernel_names() -> str[]", &kernel_names);
+    m.def("sum_x_kernel_names() -> str[]", &sum_x_kernel_names);
+    m.def("format_table() -> str[]", &format_table);
 }
 
 TORCH_LIBRARY_IMPL(quantgemm, CPU, m) {

@@ -13,7 +13,7 @@
 // 32-bit words needs two 16-bit loads; chapter 4 and appendix B explain why.
 //
 // The Python mirror of these structs is quantgemm_kernels/formats.py (numpy structured dtypes);
-// tests/test_formats.py checks that the two agree.
+// tests/test_formats.py checks that the two agree. formats.def lists the formats once, as data.
 #pragma once
 #include <stdint.h>
 #include <string.h>
@@ -45,6 +45,17 @@ struct block_q8_1 {
 static_assert(sizeof(block_q4_0) == 18, "Q4_0 block must be 18 bytes, as in ggml");
 static_assert(sizeof(block_q8_0) == 34, "Q8_0 block must be 34 bytes, as in ggml");
 static_assert(sizeof(block_q8_1) == 36, "Q8_1 block must be 36 bytes, as in ggml");
+
+// Formats as integers, for code that switches on them: QG_F32, then one per row of formats.def,
+// then QG_F32_AS_Q8_1: float32 activations that a kernel quantizes to Q8_1 itself (chapter 6; the
+// binding passes A as float32 and a workspace of act_workspace_bytes(N, K), gemm.h).
+enum QgFormat : int {
+    QG_F32 = 0,
+#define QG_FORMAT(name, id, block, qk) id,
+#include "formats.def"
+#undef QG_FORMAT
+    QG_F32_AS_Q8_1
+};
 
 // What the `s` of a Q8_1 block holds. llama.cpp uses both (see chapter 2).
 enum Q8_1SumMode : int {

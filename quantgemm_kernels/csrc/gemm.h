@@ -24,12 +24,6 @@ struct GemmProblem {
     int q8_1_sum_mode = 0;
 };
 
-// Formats as integers, for code that switches on them.
-enum QgFormat : int { QG_F32 = 0, QG_Q4_0 = 1, QG_Q8_0 = 2, QG_Q8_1 = 3,
-                      // float32 activations that the kernel quantizes to Q8_1 itself (chapter 6):
-                      // the binding passes A as float32 and a workspace of act_workspace_bytes(N, K)
-                      QG_F32_AS_Q8_1 = 4 };
-
 // Workspace of the chapter 6 kernels (float32 activations quantized on the GPU), the larger of:
 //  * the mma kernel's: int8 quants [N][K], then float2 (d, c) [N][K/32], 16-byte aligned;
 //  * the decode kernel's image of its shared memory: per token, units of 8 blocks as
@@ -50,10 +44,11 @@ inline size_t act_workspace_bytes(int64_t N, int64_t K) {
 
 typedef void (*CpuGemmFn)(const GemmProblem& p, int m_begin, int m_end);
 
-// ---- CPU quantizers (cpu/quantize.cpp): rows of K floats -> rows of K/32 blocks ----
-void quantize_rows_q4_0(const float* x, block_q4_0* y, int64_t rows, int64_t K);
-void quantize_rows_q8_0(const float* x, block_q8_0* y, int64_t rows, int64_t K);
-void quantize_rows_q8_1(const float* x, block_q8_1* y, int64_t rows, int64_t K, int sum_mode);
-void dequantize_rows_q4_0(const block_q4_0* x, float* y, int64_t rows, int64_t K);
-void dequantize_rows_q8_0(const block_q8_0* x, float* y, int64_t rows, int64_t K);
-void dequantize_rows_q8_1(const block_q8_1* x, float* y, int64_t rows, int64_t K);
+// ---- CPU quantizers (cpu/quantize.cpp), one pair per row of formats.def: rows of K floats <->
+// rows of K/qk blocks. `mode` selects a variant of a format's quantizer: for Q8_1, what s holds
+// (Q8_1_S_*); the other formats have one quantizer and ignore it.
+#define QG_FORMAT(name, id, block, qk)                                                   \
+    void quantize_rows_##name(const float* x, block* y, int64_t rows, int64_t K, int mode); \
+    void dequantize_rows_##name(const block* x, float* y, int64_t rows, int64_t K);
+#include "formats.def"
+#undef QG_FORMAT

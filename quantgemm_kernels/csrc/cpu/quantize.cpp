@@ -20,7 +20,7 @@ static inline float inverse_scale(float d) {
 // integer; ggml builds its C as ISO C11, where GCC does not contract, and gguf's numpy quantizer
 // rounds twice too. So do we: this file is built with -ffp-contract=off, and the CUDA quantizer
 // spells the two roundings out (__fmul_rn, __fadd_rn) because nvcc contracts by default.
-void quantize_rows_q4_0(const float* x, block_q4_0* y, int64_t rows, int64_t K) {
+void quantize_rows_q4_0(const float* x, block_q4_0* y, int64_t rows, int64_t K, int /*mode*/) {
     const int64_t nb = rows * (K / QK);
     for (int64_t i = 0; i < nb; i++) {
         const float* xb = x + i * QK;
@@ -42,7 +42,7 @@ void quantize_rows_q4_0(const float* x, block_q4_0* y, int64_t rows, int64_t K) 
 }
 
 // Q8_0: symmetric, d = amax / 127, q = round-half-away-from-zero(x * (1/d)).
-void quantize_rows_q8_0(const float* x, block_q8_0* y, int64_t rows, int64_t K) {
+void quantize_rows_q8_0(const float* x, block_q8_0* y, int64_t rows, int64_t K, int /*mode*/) {
     const int64_t nb = rows * (K / QK);
     for (int64_t i = 0; i < nb; i++) {
         const float* xb = x + i * QK;

@@ -4,12 +4,15 @@
 #include <cuda_runtime.h>
 #include "../gemm.h"
 
-#define QG_CUDA_KERNEL(name, wfmt, afmt) void name(const GemmProblem& p, cudaStream_t stream);
+#define QG_CUDA_KERNEL(name, wfmt, afmt, sum_x) void name(const GemmProblem& p, cudaStream_t stream);
 #include "kernels.def"
 #undef QG_CUDA_KERNEL
 
-// cuda/quantize.cu: one thread per value, one warp per block, as ggml-cuda's quantize_q8_1.
-void cuda_quantize_q4_0(const float* x, block_q4_0* y, int64_t rows, int64_t K, cudaStream_t stream);
-void cuda_quantize_q8_0(const float* x, block_q8_0* y, int64_t rows, int64_t K, cudaStream_t stream);
-void cuda_quantize_q8_1(const float* x, block_q8_1* y, int64_t rows, int64_t K, int sum_mode, cudaStream_t stream);
+// cuda/quantize.cu: one thread per value, one warp per block, as ggml-cuda's quantize_q8_1. One
+// quantizer per row of formats.def (`mode` as for the CPU quantizers, gemm.h) and one dequantizer
+// that switches on the format.
+#define QG_FORMAT(name, id, block, qk) \
+    void cuda_quantize_##name(const float* x, block* y, int64_t rows, int64_t K, int mode, cudaStream_t stream);
+#include "../formats.def"
+#undef QG_FORMAT
 void cuda_dequantize(const void* x, int fmt, float* y, int64_t rows, int64_t K, cudaStream_t stream);

@@ -95,11 +95,11 @@ constexpr int THREADS = 256;
 inline unsigned blocks_for(int64_t total) { return (unsigned)((total + THREADS - 1) / THREADS); }
 }  // namespace
 
-void cuda_quantize_q4_0(const float* x, block_q4_0* y, int64_t rows, int64_t K, cudaStream_t stream) {
+void cuda_quantize_q4_0(const float* x, block_q4_0* y, int64_t rows, int64_t K, int /*mode*/, cudaStream_t stream) {
     const int64_t total = rows * K;
     quantize_q4_0_kernel<<<blocks_for(total), THREADS, 0, stream>>>(x, y, total);
 }
-void cuda_quantize_q8_0(const float* x, block_q8_0* y, int64_t rows, int64_t K, cudaStream_t stream) {
+void cuda_quantize_q8_0(const float* x, block_q8_0* y, int64_t rows, int64_t K, int /*mode*/, cudaStream_t stream) {
     const int64_t total = rows * K;
     quantize_q8_0_kernel<<<blocks_for(total), THREADS, 0, stream>>>(x, y, total);
 }
