@@ -278,11 +278,9 @@ def ggml_quantize(x, fmt: str, ref: bool = True) -> np.ndarray:
     g = _ggml()
     x = _f32_rows(x, "x")
     rows, K = x.shape
-    if fmt not in F.BLOCK_BYTES:
-        raise ValueError(f"fmt must be one of {tuple(F.BLOCK_BYTES)}, got {fmt!r}")
-    if K == 0 or K % F.QK:
-        raise ValueError(f"K ({K}) must be a positive multiple of {F.QK}")
-    out = np.zeros((rows, K // F.QK * F.BLOCK_BYTES[fmt]), np.uint8)
+    if fmt not in F.SPECS:
+        raise ValueError(f"fmt must be one of {F.FORMATS}, got {fmt!r}")
+    out = np.zeros((rows, F.row_bytes(fmt, K)), np.uint8)  # raises unless K is whole blocks
     dst = out.ctypes.data_as(ctypes.c_void_p)
     if not ref:
         _type_traits_cpu(g, _type(g, fmt)).from_float(_float_ptr(x), dst, rows * K)
@@ -317,10 +315,9 @@ def ggml_vec_dot(wfmt: str, w_row, a_row) -> float:
         if w.size != K:
             raise ValueError(f"w_row has {w.size} values, a_row has {K}")
     else:
-        if K % F.QK:
-            raise ValueError(f"K ({K}) must be a multiple of {F.QK}")
-        if w.dtype != np.uint8 or w.size != K // F.QK * F.BLOCK_BYTES[wfmt]:
-            raise ValueError(f"w_row must be the {K // F.QK * F.BLOCK_BYTES[wfmt]} bytes of one {wfmt} row "
+        nbytes = F.row_bytes(wfmt, K)  # raises unless K is whole blocks
+        if w.dtype != np.uint8 or w.size != nbytes:
+            raise ValueError(f"w_row must be the {nbytes} bytes of one {wfmt} row "
                              f"of K={K}, got {w.size} values of {w.dtype}")
     wt = _type(g, wfmt)
     traits = _type_traits_cpu(g, wt)
@@ -364,10 +361,7 @@ def _weights(g, W, wfmt: str) -> tuple[np.ndarray, int, int]:
         W = ggml_quantize(W, wfmt)
     if W.dtype != np.uint8:
         raise TypeError(f"W must be uint8 {wfmt} bytes (quantize(W, {wfmt!r})) or float32, got {W.dtype}")
-    bb = F.BLOCK_BYTES[wfmt]
-    if W.shape[1] == 0 or W.shape[1] % bb:
-        raise ValueError(f"W: a row of {W.shape[1]} bytes is not a whole number of {wfmt} blocks ({bb} B)")
-    return W, W.shape[0], W.shape[1] // bb * F.QK
+    return W, W.shape[0], F.spec(wfmt).k_of(W.shape[1])  # raises unless the row is whole blocks
 
 
 def _parse_backend(backend: str) -> tuple[str, int]:
