@@ -9,9 +9,14 @@
 // The words are loaded with the alignment each block allows: Q8_1 quants (byte 4 of 36) as one
 // 32-bit load, Q4_0 quants (byte 2 of 18) as two 16-bit loads (load_int_b2): a plain 32-bit load
 // there faults with "misaligned address". Everything else is q4_0_q8_1_naive.cu: diff the files.
-// Why it is faster: 4x fewer multiply instructions, and fewer load instructions: the Q8_1 quants
-// are read in 4-byte words instead of bytes (8 loads per block instead of 32, 4x fewer), the Q4_0
-// quants in 16-bit halves instead of bytes (8 instead of 16, 2x fewer; Q8_0: 16 instead of 32).
+// Why it is faster: 8 __dp4a per block pair instead of 32 integer multiply-adds (4x fewer), and
+// fewer load instructions. Per block pair and thread, the quants take (the scales, 16-bit each,
+// are read as before; tests/test_dp4a_loads.py derives the counts from the block layouts and
+// counts them in the compiled PTX):
+//   quants   bytes  naive (bytes)   here                         loads
+//   Q8_1     32     32 x 8-bit      8 x 32-bit (byte 4 of 36)    32 -> 8   (4x fewer)
+//   Q4_0     16     16 x 8-bit      8 x 16-bit (byte 2 of 18)    16 -> 8   (2x fewer)
+//   Q8_0     32     32 x 8-bit      16 x 16-bit (byte 2 of 34)   32 -> 16  (2x fewer)
 // What it still lacks: the naive memory pattern (32 rows of W per warp, no reuse); tiles fix it in
 // q4_0_q8_1_tiled_dp4a.cu.
 //
