@@ -79,7 +79,7 @@ def test_speedups_are_relative_to_the_naive_kernel(tmp_path):
 
 
 def test_too_slow_combinations_are_skipped_with_a_reason(monkeypatch):
-    monkeypatch.setattr(bench, "_PROBE_FLOPS", 0)  # probe even a tiny shape
+    monkeypatch.setattr(bench.sweep, "_PROBE_FLOPS", 0)  # probe even a tiny shape
     rows = bench.run_sweep(["cpu_f32_f32_naive"], [(256, 1, 64)], reps=1, warmup=0, max_seconds=1e-12,
                            progress=False, baseline=False)
     (r,) = rows

@@ -35,10 +35,10 @@ from pathlib import Path
 
 import torch
 
-from . import formats as F
-from .registry import KERNELS, Kernel
+from .. import formats as F
+from ..registry import KERNELS, Kernel
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -221,7 +221,7 @@ def _make_activations(N: int, K: int, device: str, seed: int = 0) -> torch.Tenso
 
 def _kernel_call(k: Kernel, A: torch.Tensor, Wk: torch.Tensor, include_activation_quant: bool):
     """A no-argument callable running kernel ``k`` once; ``Wk`` is already in the weight format."""
-    from . import api
+    from .. import api
 
     if k.afmt == "f32" or k.fused_quant or include_activation_quant:
         return lambda: api.gemm(A, Wk, k)
@@ -240,7 +240,7 @@ def _result(k: Kernel, M: int, N: int, K: int, t: Timing) -> dict:
 def bench_kernel(kernel, M: int, N: int, K: int, warmup: int = 3, reps: int = 10, seed: int = 0,
                  include_activation_quant: bool = True) -> dict:
     """Time one kernel on one shape. Returns a dict with the median time, GFLOP/s and GB/s."""
-    from . import api
+    from .. import api
 
     k = KERNELS[kernel] if isinstance(kernel, str) else kernel
     A, W = _make_activations(N, K, k.device, seed), _make_weights(M, K, k.device, seed)
@@ -292,7 +292,7 @@ def parse_shapes(spec) -> list[tuple[int, int, int]]:
 def ggml_entries(device: str = "cpu") -> list[Kernel]:
     """llama.cpp's own mul_mat as sweep entries ``ggml_<device>_<wfmt>``, with the activation
     format ggml quantizes to itself (CPU: the type traits' vec_dot_type, Q8_0; CUDA: Q8_1)."""
-    from . import llamacpp
+    from .. import llamacpp
 
     out = []
     for wfmt in llamacpp.WEIGHT_FORMATS:
@@ -351,7 +351,7 @@ _REP_BUDGET_S = 5.0  # slow calls get fewer repeats (at least 3) to keep one com
 def _cuda_ready() -> tuple[bool, str]:
     if not torch.cuda.is_available():
         return False, "no CUDA GPU here"
-    from . import api
+    from .. import api
 
     if not api.cuda_kernels_built():
         return False, "the CUDA kernels are not built (no nvcc or a CPU-only torch)"
@@ -393,7 +393,7 @@ def _row_base(k: Kernel, M: int, N: int, K: int, include_activation_quant: bool)
 
 
 def _time_ggml(k: Kernel, A, W, M, N, K, warmup, reps):
-    from . import llamacpp
+    from .. import llamacpp
 
     backend = "cuda" if k.device == "cuda" else "cpu"
     s = llamacpp.time_ggml_mul_mat(W, A, k.wfmt, backend=backend, warmup=max(1, warmup), computes=max(1, reps))
@@ -426,7 +426,7 @@ def run_sweep(kernels=None, shapes="small", *, warmup: int = 2, reps: int = 10, 
         raise ValueError(f"cache must be 'warm' or 'cold', got {cache!r}")
     if batched is None:
         batched = ggml or graph or any(getattr(k, "name", str(k)).startswith("ggml_") for k in (kernels or []))
-    from . import api
+    from .. import api
 
     if kernels is None or isinstance(kernels, str):
         ks = select_kernels(None, kernels, ggml=ggml, baseline=baseline)
@@ -451,13 +451,13 @@ def run_sweep(kernels=None, shapes="small", *, warmup: int = 2, reps: int = 10, 
     if any(k.device == "cuda" for k in ks):
         device_ok["cuda"] = _cuda_ready()
     if any(k.name.startswith("ggml_") for k in ks):
-        from . import llamacpp
+        from .. import llamacpp
 
         info = llamacpp.available()
         ggml_ok = {"cpu": (info["cpu_backend"], f"ggml CPU backend unavailable: {info['error']}"),
                    "cuda": (info["cuda_backend"], "this ggml has no CUDA backend (ggml-py built with -DGGML_CUDA=on has)")}
     if any(ok for ok, _ in device_ok.values()):
-        from ._build import load_extension
+        from .._build import load_extension
 
         load_extension()  # compile now, not inside the first timed call
 
@@ -493,7 +493,7 @@ def run_sweep(kernels=None, shapes="small", *, warmup: int = 2, reps: int = 10, 
                     inputs[wkey] = api.quantize(inputs[fkey], k.wfmt)
                 A, Wk = inputs[akey], inputs[wkey]
                 if k.name.startswith("ggml_"):
-                    from .llamacpp import perf_repeats
+                    from ..llamacpp import perf_repeats
 
                     row["batch"] = perf_repeats(M, N, K, "cuda" if k.device == "cuda" else "cpu")
                     t = _time_ggml(k, A.cpu().numpy(), Wk.cpu().numpy(), M, N, K, warmup, reps)
@@ -507,7 +507,7 @@ def run_sweep(kernels=None, shapes="small", *, warmup: int = 2, reps: int = 10, 
                             print(f"{label}: skipped ({row['reason']})", flush=True)
                         continue
                     if batched:
-                        from .llamacpp import perf_repeats
+                        from ..llamacpp import perf_repeats
 
                         row["batch"] = perf_repeats(M, N, K, "cuda" if k.device == "cuda" else "cpu")
                     fn = _kernel_call(k, A, Wk, include_activation_quant)
@@ -515,7 +515,7 @@ def run_sweep(kernels=None, shapes="small", *, warmup: int = 2, reps: int = 10, 
                     if cache == "cold" and k.device == "cuda":
                         # every call reads the next copy: a copy comes back only after the others
                         # have passed through the L2
-                        from .measure import copies_for
+                        from ..measure import copies_for
 
                         l2 = torch.cuda.get_device_properties(A.device).L2_cache_size
                         ws = [Wk] + [Wk.clone() for _ in range(copies_for(Wk.numel() * Wk.element_size(), l2) - 1)]
@@ -831,7 +831,7 @@ def main(argv=None) -> int:
     extra = {"activation_quant_timed": include_aq, "args": vars(args),
              "shapes": [list(s) for s in shapes], "kernels": [k.name for k in kernels]}
     if args.ggml:
-        from . import llamacpp
+        from .. import llamacpp
 
         extra["ggml"] = llamacpp.available()
     header = make_header(main_device, **extra)
