@@ -1,5 +1,5 @@
 """The benchmark command and its files: a row per (kernel, shape), the header that says what
-produced the numbers, round trips through CSV and JSON. Speed itself is never asserted."""
+produced the numbers, round trips through CSV and JSON, entries told apart by their side. Speed itself is never asserted."""
 import json
 import math
 import os
@@ -198,3 +198,48 @@ def test_cold_warm_table_pairs_rows():
     warm = [dict(base, kernel="a", median_ms=1.0)]
     text = bench.cold_warm_table(cold, warm)
     assert "2.00" in text and text.count("\n") == 2
+
+
+def test_row_round_trip(tmp_path):
+    row = bench.Row(kernel="cpu_q4_0_q8_1_simd", source="ours", device="cpu", wfmt="q4_0", afmt="q8_1", chapter=4,
+                    M=64, N=3, K=96, median_ms=0.1 + 0.2, min_ms=1 / 3, reps=7, batch=2, timing="perf_counter",
+                    tflops=1e-5, gflops=1e-2, gbps=0.123456789, bytes=12345, act_quant_timed=True,
+                    baseline="cpu_q4_0_q8_1_naive", speedup_vs_naive=2.5, speedup_basis="measured")
+    assert list(row.to_dict()) == list(bench.COLUMNS), "a row's fields are the columns, in order"
+    assert row.cache == "n/a" and bench.Row.from_dict(row.to_dict()) == row
+    skipped = bench.Row(kernel="cuda_f32_f32_naive", source="ours", device="cuda", wfmt="f32", afmt="f32", chapter=1,
+                        M=64, N=3, K=96, status="skipped", reason="no CUDA GPU here")
+    assert skipped.cache == "warm"
+    csv_path, json_path = bench.write_results([row.to_dict(), skipped.to_dict()], {"tool": "test"}, tmp_path)
+    for path in (csv_path, json_path):  # exact through both: floats are written as repr
+        back = [bench.Row.from_dict(r) for r in bench.load_results(path)["rows"]]
+        assert back == [row, skipped], path.suffix
+    old = {k: v for k, v in skipped.to_dict().items() if k not in ("batch", "timing", "cache", "copies")}
+    old["an_older_extra_key"] = 1  # records before the cache column; keys that are not columns
+    assert bench.Row.from_dict(old) == skipped
+
+
+def test_cache_is_a_column_of_every_row_and_record(tmp_path):
+    _, res = _run_main(tmp_path, "--kernels", "cpu_f32_f32_naive", "--cache", "cold")
+    assert res["rows"] and all(r["cache"] == "n/a" and r["copies"] == 1 for r in res["rows"])
+    assert res["header"]["args"]["cache"] == "cold"
+    header = next(line for line in next(tmp_path.glob("*.csv")).read_text().splitlines() if not line.startswith("#"))
+    assert "cache" in header.split(",") and "copies" in header.split(",")
+
+
+def test_entries_carry_their_side():
+    ours = bench.select_kernels("cpu", "cpu_q4_0_*", baseline=False)
+    assert ours and all(isinstance(e, bench.Entry) and e.side == "ours" for e in ours)
+    ggml = bench.ggml_entries("cpu")
+    assert ggml and all(e.side == "llama.cpp" and e.name.startswith("ggml_cpu_") for e in ggml)
+    assert bench.entry("cpu_q4_0_q8_1_naive").side == "ours" and bench.entry(ggml[0]) is ggml[0]
+    with pytest.raises(ValueError, match="side must be one of"):
+        bench.Entry("x", "cpu", "q4_0", "q8_1", 4, "", side="mine")
+    # the side, not the name, decides: the same fields under llama.cpp's side get the Q8_1 baseline
+    fields = dict(name="ggml_cpu_q4_0", device="cpu", wfmt="q4_0", afmt="q8_0", chapter=5, title="")
+    assert bench.baseline_name(bench.Entry(**fields, side="llama.cpp")) == "cpu_q4_0_q8_1_naive"
+    assert bench.baseline_name(bench.Entry(**fields, side="ours")) == "cpu_q4_0_q8_0_naive"
+    with_ggml = bench.select_kernels("cpu", "*q4_0*", ggml=True)
+    assert [e.side for e in with_ggml] == sorted((e.side for e in with_ggml), key=lambda s: s != "ours")
+    rows = bench.run_sweep(["cpu_f32_f32_naive"], "16x1x32", reps=1, warmup=0, progress=False, baseline=False)
+    assert rows[0]["source"] == "ours" and rows[0]["timing"] == "perf_counter"

@@ -1,6 +1,6 @@
-"""``python -m quantgemm_kernels.bench``: see :mod:`.sweep`."""
+"""``python -m quantgemm_kernels.bench``: see :mod:`.cli`."""
 import sys
 
-from .sweep import main
+from .cli import main
 
 sys.exit(main())
