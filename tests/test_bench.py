@@ -1,5 +1,6 @@
 """The benchmark command and its files: a row per (kernel, shape), the header that says what
-produced the numbers, round trips through CSV and JSON, entries told apart by their side. Speed itself is never asserted."""
+produced the numbers, round trips through CSV and JSON, the timed operator giving gemm()'s output,
+entries told apart by their side. Speed itself is never asserted."""
 import json
 import math
 import os
@@ -7,7 +8,7 @@ import os
 import pytest
 import torch
 
-from quantgemm_kernels import KERNELS, bench, llamacpp
+from quantgemm_kernels import KERNELS, api, bench, llamacpp
 
 TINY = [(64, 1, 64), (33, 3, 96)]  # ragged M, N, K: every kernel, one repeat, well under a second
 TINY_SPEC = ",".join(f"{m}x{n}x{k}" for m, n, k in TINY)
@@ -225,6 +226,40 @@ def test_cache_is_a_column_of_every_row_and_record(tmp_path):
     assert res["header"]["args"]["cache"] == "cold"
     header = next(line for line in next(tmp_path.glob("*.csv")).read_text().splitlines() if not line.startswith("#"))
     assert "cache" in header.split(",") and "copies" in header.split(",")
+
+
+def _runnable(k):
+    if k.device == "cpu":
+        return True
+    return torch.cuda.is_available() and api.cuda_kernels_built() and k.runs_on(torch.cuda.get_device_capability())
+
+
+@pytest.mark.parametrize("name", list(KERNELS))
+def test_timed_operator_gives_gemms_output(name):
+    """The sweep times the compiled operator on inputs checked once; its output is gemm()'s, bit for bit."""
+    k = KERNELS[name]
+    if not _runnable(k):
+        pytest.skip(f"{k.device} kernel not runnable here")
+    g = torch.Generator().manual_seed(3)
+    A = torch.randn(5, 96, generator=g).to(k.device)
+    W = torch.randn(33, 96, generator=g).to(k.device)
+    Wk = W if k.wfmt == "f32" else api.quantize(W, k.wfmt)
+    assert torch.equal(bench.operator_call(k, A, Wk)(), api.gemm(A, Wk, k))
+    if k.afmt != "f32" and not k.fused_quant:
+        Aq = api.quantize(A, k.afmt, q8_1_sum=k.q8_1_sum)
+        assert torch.equal(bench.operator_call(k, A, Wk, include_activation_quant=False)(),
+                           api.gemm_quantized(Aq, Wk, k))
+
+
+def test_timed_operator_inputs_are_checked_once_by_the_api():
+    k = KERNELS["cpu_q4_0_q8_1_naive"]
+    A, W = torch.randn(2, 64), torch.randn(4, 64)
+    with pytest.raises(TypeError, match="W must be torch.uint8"):  # float32 weights for a Q4_0 kernel
+        bench.operator_call(k, A, W)
+    with pytest.raises(ValueError, match="not a whole number of q4_0 blocks"):
+        bench.operator_call(k, A, api.quantize(W, "q8_0")[:, :-2].contiguous())
+    with pytest.raises(TypeError, match="A must be torch.float32"):
+        bench.operator_call(k, A.double(), api.quantize(W, "q4_0"))
 
 
 def test_entries_carry_their_side():

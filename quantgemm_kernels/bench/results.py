@@ -104,7 +104,8 @@ def make_header(device: str = "cpu", **extra) -> dict:
               # other work on the machine slows a CPU run: the load before it started says how much
               "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
               "timing": "median over samples after warm-up; CUDA events on a GPU, perf_counter on a CPU; "
-                        "our rows: a sample is `batch` back-to-back calls, time / batch (batch 1: call by call); "
+                        "our rows: the compiled operator, inputs checked once before timing; a sample is `batch` "
+                        "back-to-back calls, time / batch (batch 1: call by call); "
                         "llama.cpp rows: test-backend-ops style (one graph of repeated mul_mat nodes, time / repeats)"}
     header.update(extra)
     return header

@@ -4,6 +4,13 @@
 :func:`bench_kernel` times one kernel on one shape. Entries, baselines and shapes come from
 :mod:`.selection`, the timing from :mod:`.timing`, the row type from :mod:`.results`.
 
+**What is timed is the operator.** Our kernels are timed as a model calls them: the compiled
+operator (``torch.ops.quantgemm.gemm``, after ``quantize`` for a kernel that reads quantized
+activations), on inputs the public API has checked once before timing (:func:`operator_call`).
+The checking ``gemm()`` would add per call what a model does not pay: Python checks, and for a
+kernel whose Q8_1 activations ``quantize()`` makes, two more reductions over A and two host
+synchronisations (its finite and fp16-range checks). The output is the tensor ``gemm()`` returns.
+
 **Two timing methods.** By default our kernels are timed call by call, so every call pays the
 Python and torch dispatch cost (tens of microseconds). llama.cpp's rows (``ggml=True``) run the
 same ``mul_mat`` many times in one graph, as ``test-backend-ops perf`` does. With ``ggml`` (or
@@ -45,14 +52,29 @@ def _make_activations(N: int, K: int, device: str, seed: int = 0) -> torch.Tenso
     return torch.randn(N, K, generator=torch.Generator().manual_seed(seed + 1)).to(device)
 
 
-def _kernel_call(k: Kernel, A: torch.Tensor, Wk: torch.Tensor, include_activation_quant: bool):
-    """A no-argument callable running kernel ``k`` once; ``Wk`` is already in the weight format."""
+def operator_call(k: Kernel, A: torch.Tensor, Wk: torch.Tensor, include_activation_quant: bool = True):
+    """A no-argument callable that runs kernel ``k`` once through the compiled operator, as a model
+    calls it, and returns what ``gemm(A, Wk, k)`` returns (``Wk`` is already in the weight format).
+
+    The inputs are checked once, here, by the public API on their first rows: its checks (dtypes,
+    layout, device, K, the kernel's device and compute capability) hold for the whole tensors when
+    they hold for those rows, and the operators check shapes again. Kernels with 8-bit activations
+    quantize A inside the call with the kernel's ``q8_1_sum`` mode, as ``gemm()`` does; with
+    ``include_activation_quant=False`` A is quantized once, before, and the call is the GEMM alone.
+    """
     from .. import api
 
-    if k.afmt == "f32" or k.fused_quant or include_activation_quant:
-        return lambda: api.gemm(A, Wk, k)
-    Aq = api.quantize(A, k.afmt, q8_1_sum=k.q8_1_sum)
-    return lambda: api.gemm_quantized(Aq, Wk, k)
+    mode = api._SUM_MODE[k.q8_1_sum]
+    if k.afmt != "f32" and not k.fused_quant and not include_activation_quant:
+        Aq = api.quantize(A, k.afmt, q8_1_sum=k.q8_1_sum)  # once, outside the timed call
+        api.gemm_quantized(Aq[:1], Wk[:1], k)
+        gemm = torch.ops.quantgemm.gemm
+        return lambda: gemm(Aq, Wk, k.name)
+    api.gemm(A[:1], Wk[:1], k)
+    gemm, quantize = torch.ops.quantgemm.gemm, torch.ops.quantgemm.quantize
+    if k.afmt == "f32" or k.fused_quant:
+        return lambda: gemm(A, Wk, k.name, mode)
+    return lambda: gemm(quantize(A, k.afmt, mode), Wk, k.name)
 
 
 def _result(k: Kernel, M: int, N: int, K: int, t: Timing) -> dict:
@@ -65,13 +87,14 @@ def _result(k: Kernel, M: int, N: int, K: int, t: Timing) -> dict:
 
 def bench_kernel(kernel, M: int, N: int, K: int, warmup: int = 3, reps: int = 10, seed: int = 0,
                  include_activation_quant: bool = True) -> dict:
-    """Time one kernel on one shape. Returns a dict with the median time, GFLOP/s and GB/s."""
+    """Time one kernel on one shape (the operator, see :func:`operator_call`). Returns a dict with
+    the median time, GFLOP/s and GB/s."""
     from .. import api
 
     k = KERNELS[kernel] if isinstance(kernel, str) else kernel
     A, W = _make_activations(N, K, k.device, seed), _make_weights(M, K, k.device, seed)
     Wk = W if k.wfmt == "f32" else api.quantize(W, k.wfmt)
-    t = time_callable(_kernel_call(k, A, Wk, include_activation_quant), k.device, warmup, reps)
+    t = time_callable(operator_call(k, A, Wk, include_activation_quant), k.device, warmup, reps)
     return _result(k, M, N, K, t)
 
 
@@ -101,7 +124,7 @@ def _estimate_s(k: Kernel, A, Wk, M: int, N: int, K: int, include_activation_qua
         return None
 
     def probe(m):
-        fn = _kernel_call(k, A, Wk[:m], include_activation_quant)
+        fn = operator_call(k, A, Wk[:m], include_activation_quant)
         return time_callable(fn, k.device, warmup=0, reps=2).min_s
 
     t1 = probe(_PROBE_M)
@@ -246,7 +269,7 @@ def run_sweep(kernels=None, shapes="small", *, warmup: int = 2, reps: int = 10, 
                         from ..llamacpp import perf_repeats
 
                         row.batch = perf_repeats(M, N, K, "cuda" if k.device == "cuda" else "cpu")
-                    fn = _kernel_call(k, A, Wk, include_activation_quant)
+                    fn = operator_call(k, A, Wk, include_activation_quant)
                     use_graph = graph and k.device == "cuda" and (k.afmt == "f32" or k.fused_quant)
                     if cache == "cold" and k.device == "cuda":
                         # every call reads the next copy: a copy comes back only after the others
@@ -255,7 +278,7 @@ def run_sweep(kernels=None, shapes="small", *, warmup: int = 2, reps: int = 10, 
 
                         l2 = torch.cuda.get_device_properties(A.device).L2_cache_size
                         ws = [Wk] + [Wk.clone() for _ in range(copies_for(Wk.numel() * Wk.element_size(), l2) - 1)]
-                        calls = [_kernel_call(k, A, w, include_activation_quant) for w in ws]
+                        calls = [operator_call(k, A, w, include_activation_quant) for w in ws]
                         turn = itertools.cycle(calls)
                         fn = lambda: next(turn)()  # noqa: E731 - the next copy on every call
                         row.copies = len(ws)

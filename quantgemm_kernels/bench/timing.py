@@ -32,9 +32,8 @@ def time_samples(fn, device: str = "cpu", warmup: int = 3, reps: int = 10, min_t
 
     ``graph`` (CUDA): the ``batch`` calls are captured once into a CUDA graph and a sample is one
     replay, so the time is the GPU's alone, without Python's and the dispatcher's cost per call
-    (llama.cpp's CUDA backend replays graphs too). ``fn`` must not synchronize (our kernels with
-    fused activation quantization qualify; ``gemm()`` on a Q8_1 kernel checks A on the host and
-    does not).
+    (llama.cpp's CUDA backend replays graphs too). ``fn`` must not synchronize: the compiled
+    operators qualify, the validating ``gemm()`` on a Q8_1 kernel (it checks A on the host) does not.
     """
     for _ in range(warmup):
         fn()
