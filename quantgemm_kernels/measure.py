@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import json
 import math
 import os
 import statistics
@@ -485,21 +484,19 @@ COLUMNS = {
 
 
 def _git_commit() -> tuple[str | None, bool | None]:
-    from .bench import _git_commit as gc
+    from .bench.machine import git_commit
 
-    return gc()
+    return git_commit()
 
 
 def write_record(rows: list[dict], header: dict, out_dir, name: str = "sweep") -> Path:
+    """Write ``<name>-<time>.json`` in ``out_dir``: ``{"header", "columns", "rows"}``, with the
+    benchmark's writer (``bench.results.write_json``)."""
+    from .bench.results import stamp, write_json
+
     if not name or any(c in name for c in "/\\ ") :
         raise ValueError(f"name must be a plain file name prefix, got {name!r}")
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / (f"{name}-" + _dt.datetime.now().strftime("%H%M%S") + ".json")
-    with open(path, "w") as f:
-        json.dump({"header": header, "columns": COLUMNS, "rows": rows}, f, indent=1, default=str)
-        f.write("\n")
-    return path
+    return write_json(Path(out_dir) / f"{name}-{stamp()}.json", rows, header, COLUMNS)
 
 
 def load_record(path, name: str = "sweep") -> dict:
@@ -512,9 +509,9 @@ def load_record(path, name: str = "sweep") -> dict:
         if not found:
             raise FileNotFoundError(f"no {name}-*.json under {p}")
         p = found[-1]
-    with open(p) as f:
-        data = json.load(f)
-    return {"header": data["header"], "rows": data["rows"], "path": str(p)}
+    from .bench.results import read_json
+
+    return read_json(p)
 
 
 def best_ours(rows: list[dict], wfmt: str, M: int, K: int, regime: str = "cold") -> dict[int, dict]:
@@ -649,8 +646,9 @@ def main(argv=None) -> int:
     if load0["busy"] and not args.allow_busy:
         raise SystemExit(f"the host is busy (load {load0['load1']:.1f} on {load0['cpus']} CPUs, limit "
                          f"{load0['limit']:.1f}): host-launched timings would move. Wait, or --allow-busy")
-    from . import bench, llamacpp
+    from . import llamacpp
     from ._build import load_extension
+    from .bench.machine import ROOT, cpu_model, machine_name, machine_slug
 
     load_extension()
     gpu = gpu_info()
@@ -658,7 +656,7 @@ def main(argv=None) -> int:
     ds = DATASHEET.get(gpu["name"])
     commit, dirty = _git_commit()
     header = {"tool": "quantgemm_kernels.measure", "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-              "machine": bench.machine_name("cuda"), "gpu": gpu, "cpu": bench._cpu_model(),
+              "machine": machine_name("cuda"), "gpu": gpu, "cpu": cpu_model(),
               "torch": torch.__version__, "cuda": torch.version.cuda, "git_commit": commit, "git_dirty": dirty,
               "ceilings": ceil, "datasheet": ds, "load_before": load0, "args": vars(args),
               "method": __doc__.split("\n\n", 1)[1].strip(),
@@ -682,7 +680,7 @@ def main(argv=None) -> int:
     header["errors"] = sum(r["status"] != "ok" for r in rows)
     header["load_after"] = host_load()
     header["host_became_busy"] = header["load_after"]["busy"]
-    out = Path(args.out) if args.out else bench.ROOT / "bench_results" / bench.machine_slug("cuda") / _dt.date.today().isoformat()
+    out = Path(args.out) if args.out else ROOT / "bench_results" / machine_slug("cuda") / _dt.date.today().isoformat()
     path = write_record(rows, header, out, args.name)
     for wfmt in formats:
         for M, K in shapes:
