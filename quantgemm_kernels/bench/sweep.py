@@ -159,9 +159,7 @@ def _entries(kernels, ggml: bool, baseline: bool) -> list[Entry]:
         return select_kernels(None, kernels, ggml=ggml, baseline=baseline)
     ks: list[Entry] = []
     for item in kernels:  # Kernel objects, registry names, ggml_* names or glob patterns
-        if isinstance(item, Kernel):
-            ks.append(entry(item))
-        elif item in KERNELS:
+        if isinstance(item, Kernel) or item in KERNELS:
             ks.append(entry(item))
         else:
             ks += select_kernels(None, [item], ggml=True, baseline=False)
