@@ -106,6 +106,12 @@ def _ops():
     return load_appendix_b()["ops"]
 
 
+def load_kernels() -> None:
+    """Build this appendix's extension (first use after a source change) and load it. CUDA only:
+    where no CUDA build is possible it raises RuntimeError; :func:`block_sums` calls it as well."""
+    _ops()
+
+
 def repack(q):
     """Q4_0 bytes (uint8 tensor) -> (scales int16 [nb], quants uint8 [nb*16]): the same bytes in
     two arrays, so every block's quants start at a multiple of 16."""
@@ -203,8 +209,8 @@ def run_in_child(fixed: bool, n_blocks: int = 4096, seed: int = 0, timeout: floa
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["PYTHONUNBUFFERED"] = "1"
-    cmd = [sys.executable, "-m", "quantgemm_kernels.appendices.misaligned", "--child", "fixed" if fixed else "naive",
-           "--blocks", str(n_blocks), "--seed", str(seed)]
+    cmd = [sys.executable, "-m", "quantgemm_kernels.appendices.misaligned",
+           "--child", "fixed" if fixed else "naive", "--blocks", str(n_blocks), "--seed", str(seed)]
     t0 = time.perf_counter()
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=str(ROOT))
@@ -311,7 +317,8 @@ def load_recorded(results_dir=None) -> dict | None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m quantgemm_kernels.appendices.misaligned", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m quantgemm_kernels.appendices.misaligned",
+                                description=__doc__.split("\n")[0])
     p.add_argument("--child", choices=("naive", "fixed"), help="(internal) run one kernel and report")
     p.add_argument("--blocks", type=int, default=4096)
     p.add_argument("--seed", type=int, default=0)

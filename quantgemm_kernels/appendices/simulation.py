@@ -80,6 +80,14 @@ def _check_vec(t, name: str, channels: int, device, allow_one: bool, positive: b
         raise ValueError(f"{name} must be positive")
 
 
+def load_kernels() -> bool:
+    """Build this appendix's extension (first use after a source change: up to a minute) and load
+    it; True when its CUDA kernel is built too. :func:`conv1d_silu_int8` calls it as well."""
+    from .._build import load_appendix_c
+
+    return load_appendix_c()["with_cuda"]
+
+
 def conv1d_silu_int8(x, w, x_scale, w_scale, bias, out_scale, *, return_float=False, libm_exp=False):
     """Run the compiled kernel on the device of ``x``: int8 ``q [batch, channels, time]``.
 

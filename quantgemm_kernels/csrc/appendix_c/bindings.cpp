@@ -98,8 +98,12 @@ TORCH_LIBRARY(quantgemm_appendix_c, m) {
           "bool return_float, bool libm_exp) -> (Tensor, Tensor)");
 }
 
-TORCH_LIBRARY_IMPL(quantgemm_appendix_c, CPU, m) { m.impl("conv1d_silu_int8", &qg_conv1d_silu::conv1d_silu_int8_cpu_op); }
+TORCH_LIBRARY_IMPL(quantgemm_appendix_c, CPU, m) {
+    m.impl("conv1d_silu_int8", &qg_conv1d_silu::conv1d_silu_int8_cpu_op);
+}
 
 #ifdef WITH_CUDA
-TORCH_LIBRARY_IMPL(quantgemm_appendix_c, CUDA, m) { m.impl("conv1d_silu_int8", &qg_conv1d_silu::conv1d_silu_int8_cuda_op); }
+TORCH_LIBRARY_IMPL(quantgemm_appendix_c, CUDA, m) {
+    m.impl("conv1d_silu_int8", &qg_conv1d_silu::conv1d_silu_int8_cuda_op);
+}
 #endif

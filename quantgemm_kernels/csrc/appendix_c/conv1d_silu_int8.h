@@ -9,8 +9,8 @@
 //   q          = clamp(roundf(z / out_scale), -128, 127)   round half away from zero, as C's roundf
 //
 // Every float step is one IEEE operation rounded to float32, in this order, so that the CPU
-// kernel, the CUDA kernel and the numpy simulation (quantgemm_kernels/simulation.py) give the
-// same bits. Three things would break that, and this header pins each one:
+// kernel, the CUDA kernel and the numpy simulation (quantgemm_kernels/appendices/simulation.py)
+// give the same bits. Three things would break that, and this header pins each one:
 //   * contraction: a compiler may fuse a*b+c into one FMA with a single rounding. The C++ is built
 //     with -ffp-contract=off; on the GPU nvcc contracts by default, so device code spells every
 //     operation as an intrinsic (__fmul_rn, __fadd_rn, ...) that is never fused.
