@@ -1,5 +1,6 @@
 """Test helpers shared by the tests, the notebooks and appendix A: value generators, ragged shapes,
-the thresholds with their reasons, and ``check_kernel`` (run a kernel, compare with the reference).
+the thresholds with their reasons, ``check_kernel`` (run a kernel, compare with the reference) and
+the checks the notebooks run on every kernel (``check_on_shapes``, ``check_on_distributions``).
 
 Two error budgets, never mixed up:
 
@@ -93,6 +94,40 @@ def check_kernel(kernel, M: int, N: int, K: int, dist: str = "normal", seed: int
     Wref = W if k.wfmt == "f32" else Wk.cpu().numpy()
     ref = R.gemm(A, Wref, k.wfmt, k.afmt, k.q8_1_sum, k.q4_0_formula)
     return R.nmse(C, ref), C, ref
+
+
+def check_on_shapes(kernel, shapes=None, dist: str = "normal") -> list[float]:
+    """NMSE of ``kernel`` against the reference of its own formats on every ragged shape
+    (:data:`SHAPES` unless given), each with its own seed; asserts that the result is ``[N, M]``
+    and every NMSE is within :data:`KERNEL_NMSE`. Returns the NMSEs (chapters 1, 3 and 4)."""
+    from .registry import KERNELS
+
+    k = KERNELS[kernel] if isinstance(kernel, str) else kernel
+    errs = []
+    for (M, N, K) in SHAPES if shapes is None else shapes:
+        err, C, ref = check_kernel(k, M, N, K, dist, seed=M * 7 + N)
+        assert C.shape == (N, M), f"{k.name} M={M} N={N} K={K}: result shape {C.shape}, expected {(N, M)}"
+        assert err <= KERNEL_NMSE, f"{k.name} M={M} N={N} K={K}: NMSE {err:.3g} > {KERNEL_NMSE:g}"
+        errs.append(err)
+    return errs
+
+
+def check_on_distributions(kernel, shape=(37, 5, 320)) -> int:
+    """``kernel`` against the reference on every value distribution (:data:`DISTRIBUTIONS`) at one
+    shape: inf/NaN exactly where the reference has them, NMSE within :data:`KERNEL_NMSE`. Returns
+    the number of distributions checked (chapters 3 and 4)."""
+    import warnings
+
+    from .registry import KERNELS
+
+    k = KERNELS[kernel] if isinstance(kernel, str) else kernel
+    for dist in DISTRIBUTIONS:
+        with warnings.catch_warnings(), np.errstate(over="ignore", invalid="ignore"):
+            warnings.simplefilter("ignore", RuntimeWarning)  # "huge": fp16 overflow, on purpose
+            err, C, ref = check_kernel(k, *shape, dist, seed=3)
+        assert np.array_equal(np.isfinite(C), np.isfinite(ref)), f"{k.name} on {dist}: inf/nan differ"
+        assert err <= KERNEL_NMSE, f"{k.name} on {dist}: NMSE {err:.3g}"
+    return len(DISTRIBUTIONS)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -40,12 +40,13 @@ def print_source(kernel) -> None:
     ``kernel`` is a :class:`~quantgemm_kernels.registry.Kernel` or its name. The path is printed
     relative to ``quantgemm_kernels/`` so that no machine's directory leaks into a notebook.
     """
+    from .excerpts import is_marker, rel
     from .registry import KERNELS
 
     k = KERNELS[kernel] if isinstance(kernel, str) else kernel
-    rel = k.source.relative_to(k.source.parents[2])  # quantgemm_kernels/csrc/<device>/<file>
-    print(f"--- {rel} ---")
-    print(k.source.read_text().rstrip())
+    print(f"--- {rel(k.source)} ---")  # csrc/<device>/<file>
+    # the excerpt markers (comment lines for the notebooks' excerpts, excerpts.py) are left out
+    print("\n".join(l for l in k.source.read_text().rstrip().splitlines() if not is_marker(l)))
 
 
 def results_table(results: list[dict]) -> str:

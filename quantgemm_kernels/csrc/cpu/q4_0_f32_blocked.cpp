@@ -20,6 +20,7 @@ constexpr int LANES = 8;
 // Kept out of line on purpose. Alone, GCC vectorises this loop into a handful of vector
 // instructions; inlined into the tile's loop nest, it unrolls it and converts one value at a
 // time, which makes this kernel about 3x slower (no faster than the naive one).
+// [excerpt: dequantize_and_tile]
 __attribute__((noinline)) void dequantize_block(const block_q4_0& blk, float* __restrict out) {
     const float d = fp16_to_fp32(blk.d);
     for (int l = 0; l < QK / 2; l++) {
@@ -48,6 +49,7 @@ inline void tile(const float* A, const block_q4_0* W, float* C, int K, int M, in
             float s = 0.0f;
             for (int l = 0; l < LANES; l++) s += acc[i][j][l];
             C[(int64_t)(n0 + i) * M + m0 + j] = s;
+// [end excerpt: dequantize_and_tile]
         }
     }
 }

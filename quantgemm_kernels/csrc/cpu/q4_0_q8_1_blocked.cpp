@@ -19,6 +19,7 @@ template <class WF, int TN, int TM>
 inline void tile(const block_q8_1* A, const typename WF::block* W, float* C, int nb, int M, int n0, int m0) {
     float acc[TN][TM] = {};
     for (int b = 0; b < nb; b++) {
+        // [excerpt: block_loop]
         typename WF::quant_t wq[TM][QK];  // the TM weight blocks of this step of K, unpacked once
         float d_w[TM];
         for (int j = 0; j < TM; j++) {
@@ -33,6 +34,7 @@ inline void tile(const block_q8_1* A, const typename WF::block* W, float* C, int
                 int sumi = 0;
                 for (int l = 0; l < QK; l++) sumi += wq[j][l] * a.qs[l];
                 acc[i][j] += block_result<WF>(d_w[j], d_a, s_a, sumi);
+        // [end excerpt: block_loop]
             }
         }
     }

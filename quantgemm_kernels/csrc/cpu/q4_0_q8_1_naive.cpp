@@ -22,10 +22,12 @@ void gemm_q8_1_naive(const GemmProblem& p, int m_begin, int m_end) {
             const block_q8_1* a = A + (int64_t)n * nb;
             const block_w* w = W + (int64_t)m * nb;
             float acc = 0.0f;
+            // [excerpt: block_loop]
             for (int b = 0; b < nb; b++) {
                 int sumi = 0;
                 for (int j = 0; j < QK; j++) sumi += WF::quant(w[b], j) * a[b].qs[j];
                 acc += block_result<WF>(fp16_to_fp32(w[b].d), fp16_to_fp32(a[b].d), fp16_to_fp32(a[b].s), sumi);
+            // [end excerpt: block_loop]
             }
             p.C[(int64_t)n * p.M + m] = acc;
         }

@@ -38,6 +38,7 @@ typedef __m256i ivec;  // 8 int32 partial sums of one block's dot product
 typedef __m256 fvec;   // 8 float partial sums of one output
 
 // 32 u8 x s8 products, summed in fours into 8 int32 lanes.
+// [excerpt: dot_u8s8]
 inline ivec dot_u8s8(qvec u, qvec s) {
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
     return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
@@ -79,6 +80,7 @@ template <> struct simd_w<w_q8_0> {
     static inline qvec load(const block_q8_0& b) { return _mm256_loadu_si256((const __m256i*)b.qs); }
     // w * a = |w| * (a * sign(w)): the unsigned operand is |w|, the sign moves to a.
     static inline ivec dot(qvec w, qvec a) { return dot_u8s8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w)); }
+// [end excerpt: dot_u8s8]
 };
 
 #else  // portable: one int per block, what the instructions above compute
@@ -123,12 +125,14 @@ inline void tile(const block_q8_1* A, const typename WF::block* W, float* C, int
         }
         for (int i = 0; i < TN; i++) {
             const block_q8_1& a = A[(int64_t)(n0 + i) * nb + b];
+            // [excerpt: block_loop]
             const qvec aq = load_q8_1(a);
             const float d_a = scale_f32(a.d);
             const float s_a = WF::offset != 0 ? scale_f32(a.s) : 0.0f;  // Q8_0 never reads s
             for (int j = 0; j < TM; j++) {
                 accumulate(acc[i][j], simd_w<WF>::dot(wq[j], aq), d_w[j] * d_a);
                 if constexpr (WF::offset != 0) comp[i][j] += d_w[j] * s_a;
+            // [end excerpt: block_loop]
             }
         }
     }

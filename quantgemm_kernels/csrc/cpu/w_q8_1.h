@@ -17,6 +17,7 @@
 #pragma once
 #include "../gemm.h"
 
+// [excerpt: weight_formats]
 struct w_q4_0 {
     using block = block_q4_0;
     using quant_t = uint8_t;          // nibbles are unsigned, 0..15: u8 x s8 products (see simd)
@@ -40,6 +41,7 @@ inline float block_result(float d_w, float d_a, float s_a, int sumi) {
         return d_w * (d_a * (float)sumi);
     } else {
         return d_w * (d_a * (float)sumi - (float)WF::offset * s_a);  // the compensation
+// [end excerpt: weight_formats]
     }
 }
 

@@ -149,10 +149,12 @@ __device__ __forceinline__ int quantize_mmq_lane(float v, bool d_fp16, float& d_
 
 // Word j (4 bytes) of a byte string held as 32-bit words, starting at byte `off`. After unrolling,
 // `off` is a constant: one register, or one funnel shift of two.
+// [excerpt: word_at]
 __device__ __forceinline__ int word_at(const uint32_t* raw, int off) {
     const int w = off >> 2, sh = off & 3;
     return sh == 0 ? (int)raw[w] : (int)__funnelshift_r(raw[w], raw[w + 1], 8 * sh);
 }
+// [end excerpt: word_at]
 
 // cp.async (sm_80+): a 16-byte copy global -> shared that does not pass through registers. Copies
 // are grouped by commit; wait_group<n> waits until at most n of this thread's groups are pending.
@@ -201,10 +203,12 @@ inline void launch_maybe_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, s
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
+    // [excerpt: pdl_attribute]
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
     cfg.numAttrs = pdl ? 1 : 0;
+    // [end excerpt: pdl_attribute]
     cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }

@@ -55,12 +55,14 @@ inline void mma_quantize_acts(const GemmProblem& p, cudaStream_t stream, int8_t*
 }
 
 // D = A (16 x 32, rows) * B (32 x 8, columns) + c in every element of the accumulator input.
+// [excerpt: mma_s8]
 __device__ __forceinline__ void mma_s8(int (&d)[4], const int (&a)[4], const int (&b)[2], int c) {
 #if __CUDA_ARCH__ >= 800
     asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                  "{%10,%10,%10,%10};\n"
                  : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(c));
+// [end excerpt: mma_s8]
 #else
     __trap();  // the launchers refuse GPUs older than sm_80
 #endif
@@ -68,8 +70,10 @@ __device__ __forceinline__ void mma_s8(int (&d)[4], const int (&a)[4], const int
 
 // Q4_0's signed nibbles: a nibble q moved to the top of its byte is the int8 16 * q, and flipping
 // bit 7 makes it 16 * (q - 8). From quant word v (low nibbles: elements 4t..4t+3, high: 16+4t..):
+// [excerpt: q4_0_signed]
 __device__ __forceinline__ uint32_t q4_0_signed_lo(uint32_t v) { return ((v << 4) & 0xF0F0F0F0u) ^ 0x80808080u; }
 __device__ __forceinline__ uint32_t q4_0_signed_hi(uint32_t v) { return (v & 0xF0F0F0F0u) ^ 0x80808080u; }
+// [end excerpt: q4_0_signed]
 
 // ldmatrix.x4: four 8 x 8 matrices of 16-bit elements (here: 8 rows x 16 int8) from shared memory.
 // Lanes 8i..8i+7 give the row addresses of matrix i (16-byte aligned); lane l gets, in register i,
@@ -179,6 +183,8 @@ __device__ __forceinline__ void mma_unpack_weights(Chunk chunk, const typename W
 }
 
 // d_a * sumi from the mma's result bits D = float(MMA_MAGIC_F + sumi) and the pair (d_a, c), one rounding.
+// [excerpt: block_dot]
 __device__ __forceinline__ float block_dot(float d_a, float c, int D) { return fmaf(d_a, __int_as_float(D), c); }
+// [end excerpt: block_dot]
 
 }  // namespace gpu

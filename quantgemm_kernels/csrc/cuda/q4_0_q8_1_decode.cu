@@ -54,6 +54,7 @@ constexpr int DEC_THREADS = 256;
 constexpr int DEC_WARPS = DEC_THREADS / 32;
 constexpr int UNIT = 8;                        // blocks per unit
 constexpr int MAX_T = 8;                       // tokens per pass
+// [excerpt: smem_layout]
 constexpr int A_UNIT_VECS = UNIT * QK / 16 + 1;  // int4 per unit of activation quants: 16 + 1 pad
 constexpr int A_UNIT_DS = UNIT + 1;              // float2 (d, s) per unit: 8 + 1 pad
 constexpr int SMEM_PER_TOKEN_UNIT = A_UNIT_VECS * 16 + A_UNIT_DS * 8;  // 344 bytes
@@ -63,6 +64,7 @@ static_assert(A_UNIT_VECS == QG_DECODE_UNIT_VECS && A_UNIT_DS == QG_DECODE_UNIT_
 // One token's (d, s) pairs take an even number of float2 (a whole number of 16-byte vectors), so
 // that every token row, in the workspace and in shared memory, can be copied with cp.async.
 __host__ __device__ constexpr int ds_pitch(int nu) { return (nu * A_UNIT_DS + 1) / 2 * 2; }
+// [end excerpt: smem_layout]
 
 // Activation block `kb` of token t in shared memory: its 32 quants as 8 words, and (d, s).
 struct ActSmem {
@@ -116,6 +118,7 @@ struct Unit {  // 8 consecutive weight blocks of one row, as raw 32-bit words
         }
         w[VECS * 4] = 0;
     }
+    // [excerpt: unit_words]
     // Block i of the unit: scale (fp16 bits at byte B*i) and quants (from byte B*i + 2) as words.
     __device__ __forceinline__ void block(int i, int* v, float& d) const {
         constexpr int B = (int)sizeof(typename WF::block);
@@ -123,6 +126,7 @@ struct Unit {  // 8 consecutive weight blocks of one row, as raw 32-bit words
         d = scale_to_float((fp16_bits)(w[off >> 2] >> (8 * (off & 3))));
 #pragma unroll
         for (int j = 0; j < WF::qs_words; j++) v[j] = word_at(w, off + 2 + 4 * j);
+    // [end excerpt: unit_words]
     }
 };
 
@@ -184,6 +188,7 @@ decode_kernel(ActSource src, const typename WF::block* __restrict__ W, float* __
     // lane u later finds its unit's VECS vectors back to back. STAGES - 1 items stay in flight
     // while the warp computes on the oldest; one commit group per item, empty past the end, so
     // that wait_group<STAGES - 1> always means "the oldest item has landed".
+    // [excerpt: issue]
     auto issue = [&](int i) {
         if (units && i < items) {
             const int r = warp_global + (i / steps_per_row) * warps_total, st = i % steps_per_row;
@@ -195,8 +200,10 @@ decode_kernel(ActSource src, const typename WF::block* __restrict__ W, float* __
                 if (lane + 32 * v < count) cp_async16(dst + lane + 32 * v, src + lane + 32 * v);
         }
         cp_async_commit();
+    // [end excerpt: issue]
     };
 #pragma unroll
+    // [excerpt: pipeline]
     for (int i = 0; i < STAGES - 1; i++) issue(i);  // in flight while the activations arrive
 
     if constexpr (!FUSED) {
@@ -216,6 +223,7 @@ decode_kernel(ActSource src, const typename WF::block* __restrict__ W, float* __
         }
         cp_async_commit();
         cp_async_wait_all();  // (the weight steps issued above land too: they were issued first)
+    // [end excerpt: pipeline]
     } else {
         // Quantize the activations into shared memory: one thread per 32-value block, two blocks
         // per round so that 16 independent 16-byte loads per thread are in flight (a warp per
@@ -256,6 +264,7 @@ decode_kernel(ActSource src, const typename WF::block* __restrict__ W, float* __
     float acc[T];
 #pragma unroll
     for (int t = 0; t < T; t++) acc[t] = 0.0f;
+    // [excerpt: finish_row]
     auto finish_row = [&](int r) {  // butterfly sum over the warp (fixed order), lane 0 writes
 #pragma unroll
         for (int t = 0; t < T; t++) {
@@ -265,6 +274,7 @@ decode_kernel(ActSource src, const typename WF::block* __restrict__ W, float* __
                 *c = accumulate ? *c + acc[t] : acc[t];
             }
             acc[t] = 0.0f;
+    // [end excerpt: finish_row]
         }
     };
 
@@ -282,6 +292,7 @@ decode_kernel(ActSource src, const typename WF::block* __restrict__ W, float* __
         return;
     }
 
+    // [excerpt: consume]
     for (int i = 0; i < items; i++) {
         issue(i + STAGES - 1);       // into the slot computed on in iteration i - 1
         cp_async_wait<STAGES - 1>();  // this lane's copies of item i have landed...
@@ -290,6 +301,7 @@ decode_kernel(ActSource src, const typename WF::block* __restrict__ W, float* __
         if (u < nu) {
             Unit<WF> cur;
             cur.load_shared(ring + (i % STAGES) * STEP_VECS + lane * VECS);
+    // [end excerpt: consume]
 #pragma unroll
             for (int b = 0; b < UNIT; b++) {
                 int v[WF::qs_words];
@@ -379,9 +391,11 @@ void launch_pass(const ActSource& src, const typename WF::block* W, float* C, in
     // CTAs that the activations are not copied (or quantized) again for every 8 rows.
     const int warps_needed = (M + DEC_WARPS - 1) / DEC_WARPS;
     const int ctas = std::max(1, std::min(warps_needed, device_info().sms * std::min(per_sm, 2)));
+    // [excerpt: pdl_launch]
     const bool pdl = !FUSED && device_info().major >= 9;  // PDL: sm_90 and later
     launch_maybe_pdl(kernel, dim3(ctas), dim3(DEC_THREADS), smem, stream, pdl, src, W, C, M, K, nb_total, kb0, nb,
                      accumulate);
+    // [end excerpt: pdl_launch]
 }
 template <class WF, bool FUSED>
 void launch_tokens(int T, const ActSource& src, const typename WF::block* W, float* C, int M, int K, int nb_total,

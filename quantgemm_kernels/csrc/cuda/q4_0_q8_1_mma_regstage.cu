@@ -54,10 +54,12 @@ struct Tile {  // one K step in shared memory
 // ---------------------------------------------------------------- the GEMM
 // The A fragment words of one weight block for the mma: (a0 a2) for a row from its quant words.
 template <class WF>
+// [excerpt: weight_frag]
 __device__ __forceinline__ void weight_frag(const uint32_t* row_words, int t, int& k_lo, int& k_hi) {
     if constexpr (WF::offset == 8) {  // Q4_0: word t, low nibbles = k 4t.., high = k 16+4t..
         k_lo = (int)q4_0_signed_lo(row_words[t]);  // each byte becomes the int8 16 * (q - 8)
         k_hi = (int)q4_0_signed_hi(row_words[t]);
+// [end excerpt: weight_frag]
     } else {  // Q8_0: words t and t + 4
         k_lo = (int)row_words[t];
         k_hi = (int)row_words[t + 4];
@@ -174,9 +176,11 @@ mma_regstage_kernel(const int8_t* __restrict__ aq, const float2* __restrict__ ad
 #pragma unroll
             for (int j = 0; j < NT; j++) {
                 const int c = wn + 8 * j;
+                // [excerpt: act_frag]
                 const int* arow = (const int*)cur.a[c + g] + b * 8;
                 bf[j][0] = arow[t];
                 bf[j][1] = arow[t + 4];
+                // [end excerpt: act_frag]
                 da[j][0] = cur.ads[c + 2 * t][b];
                 da[j][1] = cur.ads[c + 2 * t + 1][b];
             }
@@ -185,12 +189,14 @@ mma_regstage_kernel(const int8_t* __restrict__ aq, const float2* __restrict__ ad
 #pragma unroll
                 for (int j = 0; j < NT; j++) {
                     int d[4];
+                    // [excerpt: magic_mma]
                     mma_s8(d, af[i], bf[j], (int)MMA_MAGIC);
 #pragma unroll
                     for (int r = 0; r < 4; r++) {  // d[r] holds the float 12582912 + sumi
                         const float2 a = da[j][r & 1];  // (d_a, -12582912 * d_a)
                         const float dot = block_dot(a.x, a.y, d[r]);  // d_a * sumi, one rounding
                         acc[i][j][r] = fmaf(dw[i][r >> 1], dot, acc[i][j][r]);
+                    // [end excerpt: magic_mma]
                     }
                 }
         }

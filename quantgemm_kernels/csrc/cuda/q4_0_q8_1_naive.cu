@@ -27,6 +27,7 @@ __global__ void q8_1_naive_kernel(const block_q8_1* __restrict__ A, const typena
         const block_q8_1* a = A + (int64_t)n * nb;            // row n of A
         const typename WF::block* w = W + (int64_t)m * nb;    // row m of W
         float acc = 0.0f;
+        // [excerpt: block_loop]
         for (int kb = 0; kb < nb; kb++) {
             int sumi = 0;
 #pragma unroll
@@ -36,6 +37,7 @@ __global__ void q8_1_naive_kernel(const block_q8_1* __restrict__ A, const typena
                 sumi += lo * a[kb].qs[j] + hi * a[kb].qs[j + QK / 2];
             }
             acc += block_result<WF>(scale_to_float(w[kb].d), scale_to_float(a[kb].d), scale_to_float(a[kb].s),
+        // [end excerpt: block_loop]
                                     sumi);
         }
         C[(int64_t)n * M + m] = acc;

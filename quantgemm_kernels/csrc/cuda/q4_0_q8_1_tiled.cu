@@ -47,6 +47,7 @@ q8_1_tiled_kernel(const block_q8_1* __restrict__ A, const typename WF::block* __
     const bool a_ok = n0 + ty < N;       // tile row ty is a real activation row
     const block_q8_1* a_row = A + (int64_t)(a_ok ? n0 + ty : 0) * nb;
     float acc = 0.0f;
+    // [excerpt: tile_loop]
     for (int kb = 0; kb < nb; kb++) {
         // warp ty stages row ty of both tiles; lane tx copies quant byte tx, lane 0 the scales
         a_qs[ty][tx] = a_ok ? a_row[kb].qs[tx] : 0;
@@ -67,6 +68,7 @@ q8_1_tiled_kernel(const block_q8_1* __restrict__ A, const typename WF::block* __
         }
         acc += block_result<WF>(w_d[tx], a_d[ty], a_s[ty], sumi);
         __syncthreads();  // every thread is done with the tiles before the next step overwrites them
+    // [end excerpt: tile_loop]
     }
     if (n < N && m < M) C[(int64_t)n * M + m] = acc;
     }

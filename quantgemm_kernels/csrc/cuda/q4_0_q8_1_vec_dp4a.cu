@@ -70,6 +70,7 @@ q8_1_vec_dp4a_kernel(const block_q8_1* __restrict__ A, const typename WF::block*
     const bool a_ok = n0 + ty < N;       // tile row ty is a real activation row
     const block_q8_1* a_row = A + (int64_t)(a_ok ? n0 + ty : 0) * nb;
     float acc = 0.0f;
+    // [excerpt: tile_loop]
     for (int kb = 0; kb < nb; kb += BK) {  // blocks kb .. kb+BK-1; those past nb are stored as zeros
         // Warp ty stages row ty of both tiles, in words. Word tx of the activation row is word
         // tx % 8 of block kb + tx / 8; word tx of the weight row is word tx % qs_words of block
@@ -109,6 +110,7 @@ q8_1_vec_dp4a_kernel(const block_q8_1* __restrict__ A, const typename WF::block*
             acc += block_result<WF>(w_d[bk][tx], ds.x, ds.y, sumi);
         }
         __syncthreads();  // every thread is done with the tiles before the next step overwrites them
+    // [end excerpt: tile_loop]
     }
     if (n < N && m < M) C[(int64_t)n * M + m] = acc;
     }

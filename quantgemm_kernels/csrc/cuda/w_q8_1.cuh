@@ -39,6 +39,7 @@
 
 namespace gpu {
 
+// [excerpt: weight_formats]
 struct w_q4_0 {
     using block = block_q4_0;
     static constexpr int offset = 8;              // a stored nibble q means the integer q - 8
@@ -69,6 +70,7 @@ struct w_q8_0 {
     __device__ __forceinline__ static void words(const int* v, int i, int& lo, int& hi) {
         lo = v[i];      // elements 4i .. 4i+3
         hi = v[i + 4];  // elements 4i+16 .. 4i+19
+// [end excerpt: weight_formats]
     }
 };
 
