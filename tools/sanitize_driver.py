@@ -25,8 +25,8 @@ import torch  # noqa: E402
 
 import quantgemm_kernels as qk  # noqa: E402
 from quantgemm_kernels import formats as F  # noqa: E402
-from quantgemm_kernels import misaligned as mis  # noqa: E402
-from quantgemm_kernels import simulation as sim  # noqa: E402
+from quantgemm_kernels.appendices import misaligned as mis  # noqa: E402
+from quantgemm_kernels.appendices import simulation as sim  # noqa: E402
 from quantgemm_kernels.testing import KERNEL_NMSE, SANITIZE_SHAPES, check_kernel  # noqa: E402
 
 
