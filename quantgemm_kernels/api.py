@@ -285,6 +285,8 @@ def pick_kernel(device, wfmt: str, N: int, M: int | None = None) -> Kernel:
     if wfmt == "f32":
         return KERNELS[f"{device.type}_f32_f32_{'blocked' if device.type == 'cpu' else 'tiled'}"]
     _check_fmt(wfmt)
+    if not any(k.wfmt == wfmt and k.device == device.type for k in KERNELS.values()):
+        raise ValueError(f"no {device.type} kernel reads {wfmt} weights yet")
     if device.type == "cpu":
         return KERNELS[f"cpu_{wfmt}_q8_1_simd"]
     cc = torch.cuda.get_device_capability(device)

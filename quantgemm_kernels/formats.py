@@ -15,6 +15,7 @@ A block holds ``block_size`` consecutive values of a row (32 for the formats so 
 format   bytes  fields                      value j
 =======  =====  ==========================  ========================================
 Q4_0     18     d: fp16, qs: 16 x uint8     (nibble j - 8) * d   (j and j+16 share a byte)
+Q4_1     20     d, m: fp16, qs: 16 x uint8  nibble j * d + m     (j and j+16 share a byte)
 Q8_0     34     d: fp16, qs: 32 x int8      qs[j] * d
 Q8_1     36     d: fp16, s: fp16, qs: 32    qs[j] * d;  s = d*sum(qs)  or  sum(x)
 =======  =====  ==========================  ========================================
@@ -32,6 +33,7 @@ QK = 32
 
 # The block layouts, numpy mirrors of the C structs in csrc/formats.h (packed, little-endian).
 _Q4_0 = np.dtype([("d", "<f2"), ("qs", "u1", (QK // 2,))])
+_Q4_1 = np.dtype([("d", "<f2"), ("m", "<f2"), ("qs", "u1", (QK // 2,))])
 _Q8_0 = np.dtype([("d", "<f2"), ("qs", "i1", (QK,))])
 _Q8_1 = np.dtype([("d", "<f2"), ("s", "<f2"), ("qs", "i1", (QK,))])
 
@@ -106,6 +108,27 @@ def quantize_q4_0(x: np.ndarray) -> np.ndarray:
     return out.view(np.uint8).reshape(x.shape[0], -1)
 
 
+def quantize_q4_1(x: np.ndarray) -> np.ndarray:
+    """llama.cpp ``quantize_row_q4_1_ref``: m = min, d = (max - min) / 15, q = trunc((x - m) / d + 0.5).
+
+    The C loop keeps the first of equal extremes (``v < min``, ``v > max``); argmin/argmax do too,
+    which decides the sign of a zero min (its fp16 bits). ``(x - min) * id`` is rounded to float32
+    before ``+ 0.5`` is added (no fused multiply-add), as gguf-py computes it."""
+    xb = _blocks(x)
+    rows = np.arange(len(xb))
+    vmin = xb[rows, xb.argmin(axis=1)]
+    vmax = xb[rows, xb.argmax(axis=1)]
+    d = ((vmax - vmin).astype(np.float32) / np.float32(15)).astype(np.float32)
+    inv_d = _inverse_scale(d)
+    v = ((xb - vmin[:, None]).astype(np.float32) * inv_d[:, None]).astype(np.float32) + np.float32(0.5)
+    q = np.minimum(np.trunc(v), 15).astype(np.uint8)
+    out = np.empty(len(xb), _Q4_1)
+    out["d"] = d.astype(np.float16)
+    out["m"] = vmin.astype(np.float16)
+    out["qs"] = q[:, : QK // 2] | (q[:, QK // 2 :] << 4)
+    return out.view(np.uint8).reshape(x.shape[0], -1)
+
+
 def quantize_q8_0(x: np.ndarray) -> np.ndarray:
     """llama.cpp ``quantize_row_q8_0_ref``: d = amax / 127, q = roundf(x * (1/d))."""
     xb = _blocks(x)
@@ -153,9 +176,10 @@ def _signed_quants(b: np.ndarray) -> np.ndarray:
 class Format:
     """One block format as data: everything generic code needs to know about it.
 
-    A value is ``(quant - offset) * d`` (+ nothing else so far): ``quants`` gives the stored
-    integers of each block, ``offset`` what is subtracted from them (8 for Q4_0's unsigned
-    nibbles), ``d`` is the fp16 field of that name. ``header`` lists the fp16 fields at the start
+    A value is ``(quant - offset) * d``, plus ``m`` for formats with a min field (Q4_1:
+    ``q * d + m``): ``quants`` gives the stored integers of each block, ``offset`` what is
+    subtracted from them (8 for Q4_0's unsigned nibbles), ``d`` and ``m`` are the fp16 fields of
+    those names. ``header`` lists the fp16 fields at the start
     of a block (checked for inf/NaN by ``api.validate_blocks``), ``scale_div`` how d is made from
     the block's largest magnitude (for the fp16 overflow warning).
     """
@@ -166,6 +190,7 @@ class Format:
     quantize: Callable[..., np.ndarray] = field(repr=False)  #: float32 [rows, K] -> uint8 rows
     quants: Callable[[np.ndarray], np.ndarray] = field(repr=False)  #: blocks -> [..., block_size] ints
     offset: int = 0
+    min_field: str | None = None  #: "m" where a block also stores an additive min (Q4_1)
     header: tuple = ("d",)
     scale_div: float = 127.0
     role: str = "weights"  #: "weights" (stored in a model), "activations" (made at run time), or both
@@ -203,12 +228,17 @@ class Format:
 SPECS: dict[str, Format] = {f.name: f for f in (
     Format("q4_0", QK, _Q4_0, quantize_q4_0, _q4_0_quants, offset=8, scale_div=8.0, role="weights",
            ggml_type="GGML_TYPE_Q4_0", doc="4-bit weights, one fp16 scale per 32; value = (nibble - 8) * d"),
+    Format("q4_1", QK, _Q4_1, quantize_q4_1, _q4_0_quants, min_field="m", header=("d", "m"), scale_div=15.0,
+           role="weights", ggml_type="GGML_TYPE_Q4_1",
+           doc="4-bit weights with a scale and a min per 32; value = nibble * d + m"),
     Format("q8_0", QK, _Q8_0, quantize_q8_0, _signed_quants, role="weights and activations",
            ggml_type="GGML_TYPE_Q8_0", doc="8-bit, one fp16 scale per 32; value = q * d"),
     Format("q8_1", QK, _Q8_1, quantize_q8_1, _signed_quants, header=("d", "s"), role="activations",
            ggml_type="GGML_TYPE_Q8_1", doc="8-bit activations with a per-block sum s next to d"),
 )}
 FORMATS = tuple(SPECS)  #: the names, in table order
+#: The formats of chapters 2-6 (Q4_0 and Q8_0 weights, Q8_1 activations); chapter 7 adds Q4_1.
+BASIC_FORMATS = ("q4_0", "q8_0", "q8_1")
 BLOCK_DTYPES: dict[str, np.dtype] = {n: f.dtype for n, f in SPECS.items()}
 BLOCK_BYTES: dict[str, int] = {n: f.block_bytes for n, f in SPECS.items()}  # 18, 34, 36
 
@@ -257,5 +287,7 @@ def dequantize(q: np.ndarray, fmt: str) -> np.ndarray:
     f = spec(fmt)
     b = as_blocks(q, f)
     d = b["d"].astype(np.float32)[..., None]
-    vals = f.quants(b).astype(np.int32) - f.offset
-    return (vals.astype(np.float32) * d).reshape(q.shape[0], -1)
+    vals = (f.quants(b).astype(np.int32) - f.offset).astype(np.float32) * d
+    if f.min_field:  # q * d, rounded to float32, then + m (dequantize_row_q4_1, no fused multiply-add)
+        vals = vals + b[f.min_field].astype(np.float32)[..., None]
+    return vals.reshape(q.shape[0], -1)

@@ -42,7 +42,7 @@ import numpy as np
 from . import formats as F
 
 #: our format names -> ggml's type enum names
-_GGML_TYPE_NAMES = {"f32": "GGML_TYPE_F32", "q4_0": "GGML_TYPE_Q4_0", "q8_0": "GGML_TYPE_Q8_0",
+_GGML_TYPE_NAMES = {"f32": "GGML_TYPE_F32", "q4_0": "GGML_TYPE_Q4_0", "q4_1": "GGML_TYPE_Q4_1", "q8_0": "GGML_TYPE_Q8_0",
                     "q8_1": "GGML_TYPE_Q8_1"}
 WEIGHT_FORMATS = ("f32", "q4_0", "q8_0")  #: weight formats ggml_mul_mat accepts here
 

@@ -18,7 +18,8 @@ from . import formats as F
 from . import reference as R
 
 #: One colour per format, the same in every chapter.
-FORMAT_COLORS = {"f32": "#7f7f7f", "f16": "#bcbd22", "q4_0": "#1f77b4", "q8_0": "#2ca02c", "q8_1": "#d62728"}
+FORMAT_COLORS = {"f32": "#7f7f7f", "f16": "#bcbd22", "q4_0": "#1f77b4", "q4_1": "#9467bd", "q8_0": "#2ca02c",
+                 "q8_1": "#d62728"}
 
 #: Distributions :func:`sample_values` draws from (outliers are added on top of any of them).
 SAMPLE_DISTRIBUTIONS = ("uniform", "normal", "student_t")
@@ -220,8 +221,8 @@ def _fields(fmt: str) -> list[tuple[str, int, int]]:
     return [(name, dt.fields[name][1], dt.fields[name][0].itemsize) for name in dt.names]
 
 
-_FIELD_COLORS = {"d": "#fdd49e", "s": "#d4b9da", "qs": None}  # qs takes the format's colour
-_FIELD_TEXT = {"d": "d\nfp16\nscale", "s": "s\nfp16\nsum"}
+_FIELD_COLORS = {"d": "#fdd49e", "s": "#d4b9da", "m": "#c7e9c0", "qs": None}  # qs takes the format's colour
+_FIELD_TEXT = {"d": "d\nfp16\nscale", "s": "s\nfp16\nsum", "m": "m\nfp16\nmin"}
 
 
 def draw_block_layout(fmt: str, ax=None, n_blocks: int = 1):
@@ -249,6 +250,7 @@ def draw_block_layout(fmt: str, ax=None, n_blocks: int = 1):
         fig = ax.figure
     qcolor = FORMAT_COLORS[fmt]
     detail = n_blocks == 1
+    nibbles = F.SPECS[fmt].dtype.fields["qs"][0].shape[0] * 2 == F.SPECS[fmt].block_size  # two values a byte
     for b in range(n_blocks):
         base = b * bb
         for name, off, size in _fields(fmt):
@@ -259,7 +261,7 @@ def draw_block_layout(fmt: str, ax=None, n_blocks: int = 1):
                 ax.add_patch(Rectangle((x, 0), 1, 1, facecolor=color, alpha=alpha, edgecolor="black", lw=0.6))
                 if not detail:
                     continue
-                if name == "qs" and fmt == "q4_0":
+                if name == "qs" and nibbles:
                     ax.plot([x, x + 1], [0.5, 0.5], color="black", lw=0.3)
                     ax.text(x + 0.5, 0.75, f"{i + 16}", ha="center", va="center", fontsize=8)
                     ax.text(x + 0.5, 0.25, f"{i}", ha="center", va="center", fontsize=8)
@@ -271,7 +273,7 @@ def draw_block_layout(fmt: str, ax=None, n_blocks: int = 1):
                         bbox=dict(boxstyle="square,pad=0.1", facecolor=_FIELD_COLORS[name], edgecolor="none"))
                 continue
             if detail:
-                label = (f"qs: {size} bytes = {F.QK} nibbles (low: value j, high: value j+16)" if fmt == "q4_0"
+                label = (f"qs: {size} bytes = {2 * size} nibbles (low: value j, high: value j+16)" if nibbles
                          else f"qs: {size} x int8 (value j in byte {off}+j)")
             else:
                 label = f"block {b}: qs"
@@ -338,7 +340,7 @@ def sample_values(dist: str = "normal", shape=(64, 1024), scale: float = 1.0, ou
     return x.astype(np.float32)
 
 
-def format_nmse(x: np.ndarray, fmts=F.FORMATS) -> dict[str, float]:
+def format_nmse(x: np.ndarray, fmts=F.BASIC_FORMATS) -> dict[str, float]:
     """NMSE of quantize-then-dequantize against ``x`` itself, per format (chapter 2).
 
     Uses the numpy spec (:mod:`quantgemm_kernels.formats`), whose bytes equal llama.cpp's.
@@ -348,7 +350,7 @@ def format_nmse(x: np.ndarray, fmts=F.FORMATS) -> dict[str, float]:
         return {f: R.nmse(F.dequantize(F.quantize(x, f), f), x) for f in fmts}
 
 
-def plot_quant_histograms(x: np.ndarray, fmts=F.FORMATS, bins: int = 121, title: str | None = None):
+def plot_quant_histograms(x: np.ndarray, fmts=F.BASIC_FORMATS, bins: int = 121, title: str | None = None):
     """Histograms of the original values and of their dequantized copies, one column per format (chapter 2).
 
     The grey bars are ``x``; the coloured line is ``dequantize(quantize(x, fmt), fmt)``; the column
@@ -466,7 +468,7 @@ def plot_crossover(record: dict, wfmt: str, M: int, K: int, ax=None):
     draw(side_rows(rows, "cuBLAS fp16", wfmt, M, K, "cold"), "cuBLAS fp16, cold", color="C2", marker="^")
     draw(side_rows(rows, "cuBLASLt int8", wfmt, M, K, "cold"), "cuBLASLt int8, cold", color="C7", marker="v")
     bw = h["ceilings"]["copy_gbps"]
-    wbytes = M * (K // F.QK) * F.BLOCK_BYTES[wfmt]
+    wbytes = M * F.row_bytes(wfmt, K)
     ax.axhline(wbytes / bw / 1e3, color="black", lw=1, ls=":",
                label=f"{wfmt.upper()} weights at the copy bandwidth ({bw:.0f} GB/s)")
     ax.set_xscale("log", base=2)

@@ -10,8 +10,8 @@ from quantgemm_kernels.llamacpp import ggml_quantize  # noqa: F401
 
 
 def gguf_quantize(x: np.ndarray, fmt: str) -> np.ndarray:
-    """gguf.quants (llama.cpp's gguf-py): Q4_0 and Q8_0 only (it has no Q8_1)."""
+    """gguf.quants (llama.cpp's gguf-py): Q4_0, Q4_1 and Q8_0 (it has no Q8_1)."""
     import gguf.quants as gq
     from gguf import GGMLQuantizationType as T
 
-    return gq.quantize(np.ascontiguousarray(x, np.float32), {"q4_0": T.Q4_0, "q8_0": T.Q8_0}[fmt])
+    return gq.quantize(np.ascontiguousarray(x, np.float32), {"q4_0": T.Q4_0, "q4_1": T.Q4_1, "q8_0": T.Q8_0}[fmt])

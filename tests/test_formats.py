@@ -59,32 +59,35 @@ def test_block_sizes_match_c_header():
     header = (Path(F.__file__).parent / "csrc" / "formats.h").read_text()
     for fmt, size in F.BLOCK_BYTES.items():
         assert re.search(rf"sizeof\(block_{fmt}\) == {size}\b", header), fmt
-    assert F.BLOCK_BYTES == {"q4_0": 18, "q8_0": 34, "q8_1": 36}
+    assert F.BLOCK_BYTES == {"q4_0": 18, "q4_1": 20, "q8_0": 34, "q8_1": 36}
     assert F.BLOCK_DTYPES["q8_1"].fields["qs"][1] == 4  # quants at byte 4 (after d and s)
     assert F.BLOCK_DTYPES["q4_0"].fields["qs"][1] == 2  # at byte 2: only 2-byte aligned
     for fmt in F.FORMATS:  # field order in the C struct is the numpy field order
         struct = re.search(rf"struct block_{fmt} \{{(.*?)\}};", header, re.S).group(1)
-        names = re.findall(r"\b(d|s|qs)\b(?:\[[^\]]*\])?;", struct)
+        names = re.findall(r"\b(d|s|m|qs)\b(?:\[[^\]]*\])?;", struct)
         assert tuple(names) == F.BLOCK_DTYPES[fmt].names, (fmt, names)
 
 
-def _zero_block_d_sign(q: np.ndarray, fmt: str) -> np.ndarray:
-    """Copy of q with the sign bit of d cleared in blocks whose d is zero."""
+def _zero_block_d_sign(q: np.ndarray, fmt: str, field: str = "d") -> np.ndarray:
+    """Copy of q with the sign bit of ``field`` (d, or Q4_1's m) cleared in blocks where it is zero."""
     b = F.as_blocks(q, fmt).copy()
-    d = b["d"].view(np.uint16)
+    d = b[field].view(np.uint16)
     d[d == 0x8000] = 0
     return b.view(np.uint8).reshape(q.shape)
 
 
 @pytest.mark.parametrize("name,x", CASES, ids=IDS)
-@pytest.mark.parametrize("fmt", ["q4_0", "q8_0"])
+@pytest.mark.parametrize("fmt", ["q4_0", "q4_1", "q8_0"])
 def test_spec_matches_gguf(name, x, fmt):
-    """gguf's numpy quantizers agree with ours, except one place where gguf disagrees with ggml:
-    for a Q4_0 block of zeros that starts with -0.0, gguf stores d = +0 and ggml d = -0 (0x8000)."""
+    """gguf's numpy quantizers agree with ours, except where gguf disagrees with ggml on the sign of
+    a zero: for a Q4_0 block of zeros that starts with -0.0, gguf stores d = +0 and ggml d = -0
+    (0x8000); for a Q4_1 block whose min is a zero, ggml keeps the sign of the first zero it meets."""
     with np.errstate(over="ignore", invalid="ignore"):
         ours, theirs = F.quantize(x, fmt), gguf_quantize(x, fmt)
     if fmt == "q4_0":
         ours, theirs = _zero_block_d_sign(ours, fmt), _zero_block_d_sign(theirs, fmt)
+    if fmt == "q4_1":
+        ours, theirs = _zero_block_d_sign(ours, fmt, "m"), _zero_block_d_sign(theirs, fmt, "m")
     np.testing.assert_array_equal(ours, theirs)
 
 
@@ -95,10 +98,16 @@ def test_gguf_and_ggml_disagree_on_signed_zero_blocks():
     assert F.as_blocks(ggml_quantize(x, "q4_0"), "q4_0")["d"].view(np.uint16)[0, 0] == 0x8000
     assert F.as_blocks(gguf_quantize(x, "q4_0"), "q4_0")["d"].view(np.uint16)[0, 0] == 0x0000
     np.testing.assert_array_equal(F.quantize(x, "q4_0"), ggml_quantize(x, "q4_0"))
+    x = np.zeros((1, 32), np.float32)  # Q4_1: a zero min keeps the sign of the first zero
+    x[0, 3], x[0, 5] = -0.0, 1.0
+    assert F.as_blocks(ggml_quantize(x, "q4_1"), "q4_1")["m"].view(np.uint16)[0, 0] == 0x0000
+    x[0, 0] = -0.0
+    assert F.as_blocks(ggml_quantize(x, "q4_1"), "q4_1")["m"].view(np.uint16)[0, 0] == 0x8000
+    np.testing.assert_array_equal(F.quantize(x, "q4_1"), ggml_quantize(x, "q4_1"))
 
 
 @pytest.mark.parametrize("name,x", CASES, ids=IDS)
-@pytest.mark.parametrize("fmt", ["q4_0", "q8_0", "q8_1"])
+@pytest.mark.parametrize("fmt", ["q4_0", "q4_1", "q8_0", "q8_1"])
 def test_spec_matches_ggml(name, x, fmt):
     with np.errstate(over="ignore"):
         np.testing.assert_array_equal(F.quantize(x, fmt), ggml_quantize(x, fmt))
@@ -107,7 +116,8 @@ def test_spec_matches_ggml(name, x, fmt):
 @pytest.mark.filterwarnings("ignore:max |x|")
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name,x", CASES, ids=IDS)
-@pytest.mark.parametrize("fmt,q8_1_sum", [("q4_0", "d_sum_q"), ("q8_0", "d_sum_q"), ("q8_1", "d_sum_q"), ("q8_1", "sum_x")])
+@pytest.mark.parametrize("fmt,q8_1_sum", [("q4_0", "d_sum_q"), ("q4_1", "d_sum_q"), ("q8_0", "d_sum_q"), ("q8_1", "d_sum_q"),
+                                         ("q8_1", "sum_x")])
 def test_compiled_matches_spec(name, x, fmt, q8_1_sum, device):
     """C++ (CPU) and CUDA quantizers give the spec's bytes; dequantize inverts them exactly."""
     with np.errstate(over="ignore"):
@@ -163,9 +173,13 @@ def test_roundtrip_error_is_bounded(fmt):
     d = F.as_blocks(F.quantize(x, fmt), fmt)["d"].astype(np.float32)
     err = np.abs(y - x).reshape(16, -1, 32) / np.abs(d)[..., None]
     # half a step from rounding (a whole step where Q4_0 clamps +8 to 7), plus the fp16 rounding
-    # of d, relative 2^-11, times the largest quant (8 or 127)
-    bound = 1.0 + 8 / 2048 if fmt == "q4_0" else 0.5 + 127 / 2048
-    assert err.max() <= bound + 1e-6
+    # of d, relative 2^-11, times the largest quant (8, 15 or 127), plus for Q4_1 the fp16
+    # rounding of m (relative 2^-11 of |m|, in steps of d)
+    bound = {"q4_0": 1.0 + 8 / 2048, "q4_1": 0.5 + 15 / 2048}.get(fmt, 0.5 + 127 / 2048)
+    if F.SPECS[fmt].min_field:
+        m = F.as_blocks(F.quantize(x, fmt), fmt)["m"].astype(np.float32)
+        bound = bound + (np.abs(m) / 2048 / np.abs(d))[..., None]
+    assert (err <= bound + 1e-6).all()
 
 
 def _q4_0_quants_fused(x: np.ndarray) -> np.ndarray:

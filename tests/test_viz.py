@@ -98,14 +98,14 @@ def test_sample_values_seeded_and_validated():
 
 def test_format_nmse_orders_the_formats():
     errs = viz.format_nmse(viz.sample_values("normal", (16, 256), seed=1))
-    assert set(errs) == set(F.FORMATS)
+    assert set(errs) == set(F.BASIC_FORMATS)
     assert errs["q8_0"] == errs["q8_1"]  # same quants, same d
     assert errs["q8_0"] < errs["q4_0"] / 50
 
 
 def test_plot_quant_histograms_survives_overflowing_scales():
     fig = viz.plot_quant_histograms(viz.sample_values("normal", (8, 256), seed=2), title="t")
-    assert isinstance(fig, Figure) and len(fig.axes) == 2 * len(F.FORMATS)
+    assert isinstance(fig, Figure) and len(fig.axes) == 2 * len(F.BASIC_FORMATS)
     huge = viz.sample_values("normal", (2, 64), scale=1e7, seed=2)  # Q4_0 d overflows fp16
     assert isinstance(viz.plot_quant_histograms(huge), Figure)
 

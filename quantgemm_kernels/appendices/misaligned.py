@@ -63,12 +63,13 @@ def lowest_alignment(addresses) -> int:
     return a
 
 
-def layout_table(n_blocks: int = 64, base: int = 256) -> list[dict]:
-    """Per format: block size, byte offset of the quants, and the alignment of the quants over an
+def layout_table(n_blocks: int = 64, base: int = 256, fmts=F.BASIC_FORMATS) -> list[dict]:
+    """Per format (by default those of chapters 2-6): block size, byte offset of the quants, and the alignment of the quants over an
     array of ``n_blocks`` blocks starting at a ``base``-aligned address (torch and cudaMalloc give
     at least 256). Offsets come from the numpy dtypes that mirror ``csrc/formats.h``."""
     rows = []
-    for fmt, dt in F.BLOCK_DTYPES.items():
+    for fmt in fmts:
+        dt = F.BLOCK_DTYPES[fmt]
         off = dt.fields["qs"][1]
         addrs = [base + b * dt.itemsize + off for b in range(n_blocks)]
         rows.append({"format": fmt, "block_bytes": dt.itemsize, "qs_offset": off,

@@ -5,6 +5,7 @@
 //
 //   block_q4_0  18 B   d | qs[16]      value j   = (low nibble of qs[j]  - 8) * d      (j < 16)
 //                                      value j+16 = (high nibble of qs[j] - 8) * d
+//   block_q4_1  20 B   d | m | qs[16]  value j   = (low nibble of qs[j]) * d + m       (j < 16)
 //   block_q8_0  34 B   d | qs[32]      value j   = qs[j] * d
 //   block_q8_1  36 B   d | s | qs[32]  value j   = qs[j] * d, s = a per-block sum (see below)
 //
@@ -32,6 +33,11 @@ struct block_q4_0 {
     fp16_bits d;         // scale
     uint8_t qs[QK / 2];  // nibbles: element j in the low half of qs[j], element j+16 in the high half
 };
+struct block_q4_1 {
+    fp16_bits d;         // scale
+    fp16_bits m;         // min: value j = nibble j * d + m
+    uint8_t qs[QK / 2];  // nibbles, laid out as Q4_0's
+};
 struct block_q8_0 {
     fp16_bits d;      // scale
     int8_t qs[QK];    // quants
@@ -43,6 +49,7 @@ struct block_q8_1 {
 };
 
 static_assert(sizeof(block_q4_0) == 18, "Q4_0 block must be 18 bytes, as in ggml");
+static_assert(sizeof(block_q4_1) == 20, "Q4_1 block must be 20 bytes, as in ggml");
 static_assert(sizeof(block_q8_0) == 34, "Q8_0 block must be 34 bytes, as in ggml");
 static_assert(sizeof(block_q8_1) == 36, "Q8_1 block must be 36 bytes, as in ggml");
 

@@ -41,6 +41,32 @@ void quantize_rows_q4_0(const float* x, block_q4_0* y, int64_t rows, int64_t K, 
     }
 }
 
+// Q4_1: asymmetric, m = min, d = (max - min) / 15, q = trunc((x - m) * (1/d) + 0.5). The first of
+// equal extremes is kept (strict comparisons), which decides the sign of a zero min. As for Q4_0,
+// the product and the + 0.5f are rounded separately (no fused multiply-add).
+void quantize_rows_q4_1(const float* x, block_q4_1* y, int64_t rows, int64_t K, int /*mode*/) {
+    const int64_t nb = rows * (K / QK);
+    for (int64_t i = 0; i < nb; i++) {
+        const float* xb = x + i * QK;
+        float min = INFINITY, max = -INFINITY;  // llama.cpp starts at +-FLT_MAX: the same for finite x
+        for (int j = 0; j < QK; j++) {
+            if (xb[j] < min) min = xb[j];
+            if (xb[j] > max) max = xb[j];
+        }
+        const float d = (max - min) / 15;
+        const float id = inverse_scale(d);
+        y[i].d = fp32_to_fp16(d);
+        y[i].m = fp32_to_fp16(min);
+        for (int j = 0; j < QK / 2; j++) {
+            const float p0 = (xb[j] - min) * id, p1 = (xb[j + QK / 2] - min) * id;
+            const float v0 = p0 + 0.5f, v1 = p1 + 0.5f;
+            const int q0 = (int)v0 < 15 ? (int)v0 : 15;
+            const int q1 = (int)v1 < 15 ? (int)v1 : 15;
+            y[i].qs[j] = (uint8_t)(q0 | (q1 << 4));
+        }
+    }
+}
+
 // Q8_0: symmetric, d = amax / 127, q = round-half-away-from-zero(x * (1/d)).
 void quantize_rows_q8_0(const float* x, block_q8_0* y, int64_t rows, int64_t K, int /*mode*/) {
     const int64_t nb = rows * (K / QK);
@@ -99,6 +125,17 @@ void dequantize_rows_q4_0(const block_q4_0* x, float* y, int64_t rows, int64_t K
         for (int j = 0; j < QK / 2; j++) {
             y[i * QK + j] = (float)((x[i].qs[j] & 0x0F) - 8) * d;
             y[i * QK + j + QK / 2] = (float)((x[i].qs[j] >> 4) - 8) * d;
+        }
+    }
+}
+
+void dequantize_rows_q4_1(const block_q4_1* x, float* y, int64_t rows, int64_t K) {
+    const int64_t nb = rows * (K / QK);
+    for (int64_t i = 0; i < nb; i++) {
+        const float d = fp16_to_fp32(x[i].d), m = fp16_to_fp32(x[i].m);
+        for (int j = 0; j < QK / 2; j++) {  // q * d rounded, then + m (dequantize_row_q4_1)
+            y[i * QK + j] = (float)(x[i].qs[j] & 0x0F) * d + m;
+            y[i * QK + j + QK / 2] = (float)(x[i].qs[j] >> 4) * d + m;
         }
     }
 }

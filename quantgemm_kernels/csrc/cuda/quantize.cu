@@ -36,6 +36,36 @@ __global__ void quantize_q4_0_kernel(const float* __restrict__ x, block_q4_0* __
     if (lane == 0) b->d = fp32_to_fp16(d);
 }
 
+// The first lane holding the block's min (or max): equal values can differ only as -0.0 and +0.0,
+// and the C loop's strict comparisons keep the first of them.
+template <bool MIN>
+__device__ __forceinline__ float warp_extreme_first(float v, int lane) {
+    int best_lane = lane;
+    for (int off = 16; off > 0; off >>= 1) {
+        const float ov = __shfl_xor_sync(FULL, v, off);
+        const int ol = __shfl_xor_sync(FULL, best_lane, off);
+        const bool better = MIN ? ov < v : ov > v;
+        if (better || (ov == v && ol < best_lane)) { v = ov; best_lane = ol; }
+    }
+    return v;
+}
+
+__global__ void quantize_q4_1_kernel(const float* __restrict__ x, block_q4_1* __restrict__ y, int64_t total) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i - (threadIdx.x % 32) >= total) return;
+    const int lane = threadIdx.x % 32;
+    const float v = x[i];
+    const float vmin = warp_extreme_first<true>(v, lane), vmax = warp_extreme_first<false>(v, lane);
+    const float d = __fdiv_rn(__fsub_rn(vmax, vmin), 15.0f);
+    const float id = inverse_scale(d);
+    const float t = __fadd_rn(__fmul_rn(__fsub_rn(v, vmin), id), 0.5f);
+    const int q = min(15, (int)t);
+    const int q_hi = __shfl_down_sync(FULL, q, 16);  // lane j gets element j+16
+    block_q4_1* b = y + i / 32;
+    if (lane < 16) b->qs[lane] = (uint8_t)(q | (q_hi << 4));
+    if (lane == 0) { b->d = fp32_to_fp16(d); b->m = fp32_to_fp16(vmin); }
+}
+
 __global__ void quantize_q8_0_kernel(const float* __restrict__ x, block_q8_0* __restrict__ y, int64_t total) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i - (threadIdx.x % 32) >= total) return;
@@ -81,6 +111,10 @@ __global__ void dequantize_kernel(const uint8_t* __restrict__ x, int fmt, float*
         const block_q4_0* b = (const block_q4_0*)x + ib;
         const int q = j < 16 ? (b->qs[j] & 0x0F) : (b->qs[j - 16] >> 4);
         v = (float)(q - 8) * fp16_to_fp32(b->d);
+    } else if (fmt == QG_Q4_1) {
+        const block_q4_1* b = (const block_q4_1*)x + ib;
+        const int q = j < 16 ? (b->qs[j] & 0x0F) : (b->qs[j - 16] >> 4);
+        v = __fadd_rn(__fmul_rn((float)q, fp16_to_fp32(b->d)), fp16_to_fp32(b->m));  // no FMA, as the C code
     } else if (fmt == QG_Q8_0) {
         const block_q8_0* b = (const block_q8_0*)x + ib;
         v = (float)b->qs[j] * fp16_to_fp32(b->d);
@@ -98,6 +132,10 @@ inline unsigned blocks_for(int64_t total) { return (unsigned)((total + THREADS -
 void cuda_quantize_q4_0(const float* x, block_q4_0* y, int64_t rows, int64_t K, int /*mode*/, cudaStream_t stream) {
     const int64_t total = rows * K;
     quantize_q4_0_kernel<<<blocks_for(total), THREADS, 0, stream>>>(x, y, total);
+}
+void cuda_quantize_q4_1(const float* x, block_q4_1* y, int64_t rows, int64_t K, int /*mode*/, cudaStream_t stream) {
+    const int64_t total = rows * K;
+    quantize_q4_1_kernel<<<blocks_for(total), THREADS, 0, stream>>>(x, y, total);
 }
 void cuda_quantize_q8_0(const float* x, block_q8_0* y, int64_t rows, int64_t K, int /*mode*/, cudaStream_t stream) {
     const int64_t total = rows * K;
