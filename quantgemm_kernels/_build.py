@@ -3,7 +3,8 @@
 Three extensions, each built and cached on its own by :func:`build_extension` (a name, a torch
 library namespace, its C++ and CUDA sources) and loaded the first time it is used:
 
-* the **core** (:func:`load_extension`): ``bindings.cpp``, ``cpu/*.cpp``, ``cuda/*.cu``; quantize,
+* the **core** (:func:`load_extension`): ``bindings.cpp`` and every ``.cpp`` under ``cpu/`` and ``.cu``
+  under ``cuda/``, the chapters' step folders included (``cuda/04_w4a8/3_dp4a.cu``); quantize,
   dequantize and gemm under ``torch.ops.quantgemm``. ``api.py`` is its caller.
 * **appendix B** (:func:`load_appendix_b`): ``appendix_b/``, the misaligned-load demonstration under
   ``torch.ops.quantgemm_appendix_b``. CUDA only: without a CUDA build it raises instead of compiling.
@@ -23,6 +24,10 @@ What this adds to a bare ``load()`` call, and why:
   leaves behind, after which every ``load()`` waits forever. We take an OS lock (``flock``, freed
   by the kernel when a process dies) around the build; whoever holds it may delete torch's file.
   Two notebooks building at once: the second waits for the first, then loads its result.
+* **Step files of the same name** (``cpu/01_fp32/1_naive.cpp``, ``cpu/04_w4a8/1_naive.cpp``): torch
+  names an object file after its source's file name, so a source whose name another source of the
+  same build shares is compiled through a one-line file in the build directory that includes it
+  (:func:`object_safe_sources`); the compiler still reports, and the cache key still hashes, the file itself.
 * **One status line** while compiling, and a clear message when no compiler is found.
 """
 from __future__ import annotations
@@ -44,7 +49,8 @@ _loaded: dict[str, dict] = {}  # extension name -> what build_extension returned
 
 class Extension(NamedTuple):
     """One extension: its name (the cache folder's and library's prefix), the torch library
-    namespace its bindings register, and its sources as glob patterns relative to ``csrc/``."""
+    namespace its bindings register, and its sources as glob patterns relative to ``csrc/``
+    (``**`` for a folder and every folder below it)."""
 
     name: str
     namespace: str
@@ -54,7 +60,7 @@ class Extension(NamedTuple):
     title: str = "kernels"  #: for the status line and errors
 
 
-CORE = Extension("core", "quantgemm", ("bindings.cpp", "cpu/*.cpp"), ("cuda/*.cu",))
+CORE = Extension("core", "quantgemm", ("bindings.cpp", "cpu/**/*.cpp"), ("cuda/**/*.cu",))
 APPENDIX_B = Extension("appendix_b", "quantgemm_appendix_b", ("appendix_b/*.cpp",), ("appendix_b/*.cu",),
                        cuda_only=True, title="appendix B kernels")
 APPENDIX_C = Extension("appendix_c", "quantgemm_appendix_c", ("appendix_c/*.cpp",), ("appendix_c/*.cu",),
@@ -269,6 +275,33 @@ def _seed_from_previous_build(build_dir: Path, variant: str) -> None:
         shutil.copy2(f, build_dir / f.name)
 
 
+def object_safe_sources(sources, build_dir: Path) -> list[Path]:
+    """The sources to hand to torch's ``load``, which names each object file after its source's
+    file name (``1_naive.cpp`` -> ``1_naive.o``; ``.cu`` -> ``1_naive.cuda.o``). A source whose
+    object name another source shares is replaced by ``build_dir/sources/<its path under csrc/,
+    "/" as "__">``, a file that only includes it: its ``#include "..."`` lines still resolve next to
+    the real file, and compiler messages name it."""
+    sources = [Path(s) for s in sources]
+    obj = lambda s: (s.stem, s.suffix == ".cu")  # noqa: E731  (torch: name.o, or name.cuda.o for .cu)
+    counts: dict = {}
+    for s in sources:
+        counts[obj(s)] = counts.get(obj(s), 0) + 1
+    out = []
+    for s in sources:
+        if counts[obj(s)] == 1:
+            out.append(s)
+            continue
+        real = s.resolve()
+        relname = real.relative_to(CSRC.resolve()) if real.is_relative_to(CSRC.resolve()) else Path(real.name)
+        shim = build_dir / "sources" / "__".join(relname.parts)
+        text = f'#include "{real.as_posix()}"\n'
+        shim.parent.mkdir(parents=True, exist_ok=True)
+        if not shim.exists() or shim.read_text() != text:  # rewritten only when it changes: ninja keeps its objects
+            shim.write_text(text)
+        out.append(shim)
+    return out
+
+
 def _compile(cfg: dict, name: str, build_dir: Path, with_cuda: bool, what: str) -> None:
     from torch.utils.cpp_extension import load
 
@@ -282,7 +315,7 @@ def _compile(cfg: dict, name: str, build_dir: Path, with_cuda: bool, what: str) 
     try:
         load(
             name=name,
-            sources=[str(s) for s in cfg["sources"]],
+            sources=[str(s) for s in object_safe_sources(cfg["sources"], build_dir)],
             extra_cflags=cfg["cflags"],
             extra_cuda_cflags=cfg["cuda_flags"],
             build_directory=str(build_dir),

@@ -17,10 +17,10 @@ Names are letters, digits, ``_`` and ``-``, unique within a file; excerpts may n
 excerpt a notebook asks for exists.
 
 A *source* is a registered kernel (a :class:`~quantgemm_kernels.registry.Kernel` or its name), a
-path, or a file name under ``csrc/`` (``"mma.cuh"``, or ``"cuda/mma.cuh"`` where a name alone is
+path, or a file name under ``csrc/`` (``"mma.cuh"``, or ``"04_w4a8/1_naive.cu"`` where a name alone is
 ambiguous); a file that moved to another folder of ``csrc/`` is still found by its name. Paths are
-printed relative to the package (``csrc/cuda/mma.cuh``), so no machine's directory reaches a
-notebook.
+printed relative to the package (``csrc/cuda/06_decode_tensor_cores/mma.cuh``), so no machine's
+directory reaches a notebook.
 """
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ class Excerpt:
 
 
 def rel(path) -> str:
-    """``path`` relative to the package (``csrc/cuda/mma.cuh``), for printing."""
+    """``path`` relative to the package (``csrc/cuda/common.cuh``), for printing."""
     path = Path(path).resolve()
     try:
         return path.relative_to(PACKAGE).as_posix()

@@ -2,9 +2,12 @@
 iterate this table; nothing else lists kernels.
 
 A name reads ``<device>_<weight format>_<activation format>_<variant>``; the C++ side lists the
-same names in ``csrc/cpu/kernels.def`` and ``csrc/cuda/kernels.def`` (a test checks they agree),
-and the kernel lives in ``csrc/<device>/<weights>_<activations>_<variant>.<cpp|cu>``, with the
-``f32_`` activation part dropped where the weights are f32 too (``f32_naive.cpp``).
+same names in ``csrc/cpu/kernels.def`` and ``csrc/cuda/kernels.def`` (a test checks they agree).
+A kernel's ``file`` is its step file, relative to ``csrc/<device>/``: one folder per chapter,
+named ``<chapter>_<topic>`` (``04_w4a8``), and in it one file per step of the chapter's ladder,
+numbered in teaching order (``04_w4a8/3_dp4a.cu``), so that ``ls`` reads as the chapter does.
+Headers that one chapter's steps share sit in that chapter's folder; those of several chapters
+(``cuda/common.cuh``, ``cuda/w_q8_1.cuh``) one level up.
 """
 from __future__ import annotations
 
@@ -22,6 +25,8 @@ class Kernel:
     afmt: str  #: activation format the kernel consumes: "f32" or "q8_1" (gemm() quantizes A)
     chapter: int
     title: str  #: the technique, in a few words
+    #: the step file that defines the kernel, relative to ``csrc/<device>/`` (``"04_w4a8/3_dp4a.cu"``)
+    file: str = ""
     q8_1_sum: str = "d_sum_q"  #: meaning of Q8_1's s when gemm() quantizes A for this kernel
     #: Q4_0 x Q8_1 formula (reference.gemm_wq_aq8_1): "compensated" (-8 * s_a, llama.cpp's MMVQ)
     #: or "signed" (nibbles made q - 8 before the integer dot, llama.cpp's MMQ on tensor cores)
@@ -48,73 +53,100 @@ class Kernel:
 
     @property
     def source(self) -> Path:
-        """The one file that holds this kernel's idea."""
-        stem = self.name.split("_", 1)[1]
-        if stem.startswith("f32_f32_"):
-            stem = "f32_" + stem[len("f32_f32_"):]
-        return CSRC / self.device / f"{stem}.{'cu' if self.device == 'cuda' else 'cpp'}"
+        """The one file that holds this kernel's idea: ``csrc/<device>/<file>``."""
+        return CSRC / self.device / self.file
+
+    def __post_init__(self):
+        if not self.file:
+            raise ValueError(f"kernel {self.name}: no file (its step file under csrc/{self.device}/)")
 
 
 _CPU = [
-    Kernel("cpu_f32_f32_naive", "cpu", "f32", "f32", 1, "one dot product per output"),
-    Kernel("cpu_f32_f32_blocked", "cpu", "f32", "f32", 1, "2x4 register tile, SIMD-lane accumulators"),
-    Kernel("cpu_q4_0_f32_naive", "cpu", "q4_0", "f32", 3, "dequantize each weight inside the dot product"),
-    Kernel("cpu_q4_0_f32_blocked", "cpu", "q4_0", "f32", 3, "dequantize a block once, reuse it over a 4x4 tile"),
-    Kernel("cpu_q4_0_q8_1_naive", "cpu", "q4_0", "q8_1", 4, "integer dot per block, then the compensation"),
-    Kernel("cpu_q4_0_q8_1_blocked", "cpu", "q4_0", "q8_1", 4, "unpack nibbles once per 4x4 tile"),
-    Kernel("cpu_q4_0_q8_1_simd", "cpu", "q4_0", "q8_1", 4, "int8 SIMD dot products (VNNI/AVX2), the CPU's DP4A"),
-    Kernel("cpu_q8_0_q8_1_naive", "cpu", "q8_0", "q8_1", 4, "integer dot per block, no compensation"),
-    Kernel("cpu_q8_0_q8_1_blocked", "cpu", "q8_0", "q8_1", 4, "weights read once per 4x4 tile"),
-    Kernel("cpu_q8_0_q8_1_simd", "cpu", "q8_0", "q8_1", 4, "int8 SIMD dot products with the sign trick"),
+    Kernel("cpu_f32_f32_naive", "cpu", "f32", "f32", 1, "one dot product per output", file="01_fp32/1_naive.cpp"),
+    Kernel("cpu_f32_f32_blocked", "cpu", "f32", "f32", 1, "2x4 register tile, SIMD-lane accumulators",
+           file="01_fp32/2_blocked.cpp"),
+    Kernel("cpu_q4_0_f32_naive", "cpu", "q4_0", "f32", 3, "dequantize each weight inside the dot product",
+           file="03_w4a16/1_naive.cpp"),
+    Kernel("cpu_q4_0_f32_blocked", "cpu", "q4_0", "f32", 3, "dequantize a block once, reuse it over a 4x4 tile",
+           file="03_w4a16/2_blocked.cpp"),
+    Kernel("cpu_q4_0_q8_1_naive", "cpu", "q4_0", "q8_1", 4, "integer dot per block, then the compensation",
+           file="04_w4a8/1_naive.cpp"),
+    Kernel("cpu_q4_0_q8_1_blocked", "cpu", "q4_0", "q8_1", 4, "unpack nibbles once per 4x4 tile",
+           file="04_w4a8/2_blocked.cpp"),
+    Kernel("cpu_q4_0_q8_1_simd", "cpu", "q4_0", "q8_1", 4, "int8 SIMD dot products (VNNI/AVX2), the CPU's DP4A",
+           file="04_w4a8/3_simd.cpp"),
+    Kernel("cpu_q8_0_q8_1_naive", "cpu", "q8_0", "q8_1", 4, "integer dot per block, no compensation",
+           file="04_w4a8/q8_0_1_naive.cpp"),
+    Kernel("cpu_q8_0_q8_1_blocked", "cpu", "q8_0", "q8_1", 4, "weights read once per 4x4 tile",
+           file="04_w4a8/q8_0_2_blocked.cpp"),
+    Kernel("cpu_q8_0_q8_1_simd", "cpu", "q8_0", "q8_1", 4, "int8 SIMD dot products with the sign trick",
+           file="04_w4a8/q8_0_3_simd.cpp"),
 ]
 
 _CUDA = [
-    Kernel("cuda_f32_f32_naive", "cuda", "f32", "f32", 1, "one thread per output"),
-    Kernel("cuda_f32_f32_tiled", "cuda", "f32", "f32", 1, "shared-memory tiles"),
-    Kernel("cuda_q4_0_f32_naive", "cuda", "q4_0", "f32", 3, "one thread per output, dequantize on the fly"),
-    Kernel("cuda_q4_0_f32_tiled", "cuda", "q4_0", "f32", 3, "dequantize W tiles into shared memory"),
-    Kernel("cuda_q4_0_q8_1_naive", "cuda", "q4_0", "q8_1", 4, "integer dot per block, then the compensation"),
-    Kernel("cuda_q4_0_q8_1_tiled", "cuda", "q4_0", "q8_1", 4, "shared-memory tiles of blocks"),
-    Kernel("cuda_q4_0_q8_1_dp4a", "cuda", "q4_0", "q8_1", 4, "__dp4a: four int8 products per instruction"),
-    Kernel("cuda_q4_0_q8_1_tiled_dp4a", "cuda", "q4_0", "q8_1", 4, "shared-memory tiles + __dp4a"),
-    Kernel("cuda_q4_0_q8_1_vec_dp4a", "cuda", "q4_0", "q8_1", 4, "tiles + __dp4a + 32/128-bit loads, 4 blocks per step"),
-    Kernel("cuda_q8_0_q8_1_naive", "cuda", "q8_0", "q8_1", 4, "integer dot per block, no compensation"),
-    Kernel("cuda_q8_0_q8_1_tiled", "cuda", "q8_0", "q8_1", 4, "shared-memory tiles of blocks"),
-    Kernel("cuda_q8_0_q8_1_dp4a", "cuda", "q8_0", "q8_1", 4, "__dp4a on the stored int8 words"),
-    Kernel("cuda_q8_0_q8_1_tiled_dp4a", "cuda", "q8_0", "q8_1", 4, "shared-memory tiles + __dp4a"),
-    Kernel("cuda_q8_0_q8_1_vec_dp4a", "cuda", "q8_0", "q8_1", 4, "tiles + __dp4a + 32/128-bit loads, 4 blocks per step"),
+    Kernel("cuda_f32_f32_naive", "cuda", "f32", "f32", 1, "one thread per output", file="01_fp32/1_naive.cu"),
+    Kernel("cuda_f32_f32_tiled", "cuda", "f32", "f32", 1, "shared-memory tiles", file="01_fp32/2_tiled.cu"),
+    Kernel("cuda_q4_0_f32_naive", "cuda", "q4_0", "f32", 3, "one thread per output, dequantize on the fly",
+           file="03_w4a16/1_naive.cu"),
+    Kernel("cuda_q4_0_f32_tiled", "cuda", "q4_0", "f32", 3, "dequantize W tiles into shared memory",
+           file="03_w4a16/2_tiled.cu"),
+    Kernel("cuda_q4_0_q8_1_naive", "cuda", "q4_0", "q8_1", 4, "integer dot per block, then the compensation",
+           file="04_w4a8/1_naive.cu"),
+    Kernel("cuda_q4_0_q8_1_tiled", "cuda", "q4_0", "q8_1", 4, "shared-memory tiles of blocks",
+           file="04_w4a8/2_tiled.cu"),
+    Kernel("cuda_q4_0_q8_1_dp4a", "cuda", "q4_0", "q8_1", 4, "__dp4a: four int8 products per instruction",
+           file="04_w4a8/3_dp4a.cu"),
+    Kernel("cuda_q4_0_q8_1_tiled_dp4a", "cuda", "q4_0", "q8_1", 4, "shared-memory tiles + __dp4a",
+           file="04_w4a8/4_tiled_dp4a.cu"),
+    Kernel("cuda_q4_0_q8_1_vec_dp4a", "cuda", "q4_0", "q8_1", 4, "tiles + __dp4a + 32/128-bit loads, 4 blocks per step",
+           file="04_w4a8/5_vec_dp4a.cu"),
+    Kernel("cuda_q8_0_q8_1_naive", "cuda", "q8_0", "q8_1", 4, "integer dot per block, no compensation",
+           file="04_w4a8/q8_0_1_naive.cu"),
+    Kernel("cuda_q8_0_q8_1_tiled", "cuda", "q8_0", "q8_1", 4, "shared-memory tiles of blocks",
+           file="04_w4a8/q8_0_2_tiled.cu"),
+    Kernel("cuda_q8_0_q8_1_dp4a", "cuda", "q8_0", "q8_1", 4, "__dp4a on the stored int8 words",
+           file="04_w4a8/q8_0_3_dp4a.cu"),
+    Kernel("cuda_q8_0_q8_1_tiled_dp4a", "cuda", "q8_0", "q8_1", 4, "shared-memory tiles + __dp4a",
+           file="04_w4a8/q8_0_4_tiled_dp4a.cu"),
+    Kernel("cuda_q8_0_q8_1_vec_dp4a", "cuda", "q8_0", "q8_1", 4, "tiles + __dp4a + 32/128-bit loads, 4 blocks per step",
+           file="04_w4a8/q8_0_5_vec_dp4a.cu"),
     Kernel("cuda_q4_0_q8_1_decode_fused", "cuda", "q4_0", "q8_1", 6,
-           "decode: 16-byte weight loads, every CTA quantizes the activations", fused_quant=True, min_sm=(8, 0)),
+           "decode: 16-byte weight loads, every CTA quantizes the activations", fused_quant=True, min_sm=(8, 0),
+           file="06_decode_tensor_cores/1_decode_fused.cu"),
     Kernel("cuda_q4_0_q8_1_decode", "cuda", "q4_0", "q8_1", 6,
            "decode: activations quantized once, copied by every CTA (PDL)", fused_quant=True, min_sm=(8, 0),
-           sum_x=True),
+           sum_x=True, file="06_decode_tensor_cores/2_decode.cu"),
     Kernel("cuda_q4_0_q8_1_mma_regstage", "cuda", "q4_0", "q8_1", 6,
            "int8 tensor cores (mma.sync m16n8k32), 128x128 tiles, weights staged in registers",
-           fused_quant=True, min_sm=(8, 0), q4_0_formula="signed", sum_x=True),
+           fused_quant=True, min_sm=(8, 0), q4_0_formula="signed", sum_x=True,
+           file="06_decode_tensor_cores/3_mma_regstage.cu"),
     Kernel("cuda_q4_0_q8_1_mma", "cuda", "q4_0", "q8_1", 6,
            "int8 tensor cores, 128x128 tiles, weights unpacked once per CTA, ldmatrix", fused_quant=True,
-           min_sm=(8, 0), q4_0_formula="signed", sum_x=True),
+           min_sm=(8, 0), q4_0_formula="signed", sum_x=True, file="06_decode_tensor_cores/4_mma.cu"),
     Kernel("cuda_q4_0_q8_1_mma_packed", "cuda", "q4_0", "q8_1", 6,
            "the same, weights kept packed in shared memory, unpacked at every fragment read", fused_quant=True,
-           min_sm=(8, 0), q4_0_formula="signed", sum_x=True),
+           min_sm=(8, 0), q4_0_formula="signed", sum_x=True, file="06_decode_tensor_cores/5_mma_packed.cu"),
     Kernel("cuda_q4_0_q8_1_wgmma", "cuda", "q4_0", "q8_1", 6,
            "Hopper wgmma from shared memory, scaling overlapped with the next block, offset added by the tensor cores",
-           fused_quant=True, min_sm=(9, 0), max_sm=(9, 0), q4_0_formula="signed", sum_x=True),
+           fused_quant=True, min_sm=(9, 0), max_sm=(9, 0), q4_0_formula="signed", sum_x=True,
+           file="06_decode_tensor_cores/6_wgmma.cu"),
     Kernel("cuda_q4_0_q8_1_wgmma_ws", "cuda", "q4_0", "q8_1", 6,
            "the wgmma step with a producer warpgroup (copies, unpacking) and two consumer warpgroups, mbarriers",
-           fused_quant=True, min_sm=(9, 0), max_sm=(9, 0), q4_0_formula="signed", sum_x=True),
+           fused_quant=True, min_sm=(9, 0), max_sm=(9, 0), q4_0_formula="signed", sum_x=True,
+           file="06_decode_tensor_cores/7_wgmma_ws.cu"),
     Kernel("cuda_q8_0_q8_1_decode", "cuda", "q8_0", "q8_1", 6,
            "decode: activations quantized once, copied by every CTA (PDL)", fused_quant=True, min_sm=(8, 0),
-           sum_x=True),
+           sum_x=True, file="06_decode_tensor_cores/q8_0_2_decode.cu"),
     Kernel("cuda_q8_0_q8_1_mma", "cuda", "q8_0", "q8_1", 6,
            "int8 tensor cores, 128x128 tiles, weights unpacked once per CTA, ldmatrix", fused_quant=True,
-           min_sm=(8, 0)),
+           min_sm=(8, 0), file="06_decode_tensor_cores/q8_0_4_mma.cu"),
     Kernel("cuda_q8_0_q8_1_wgmma", "cuda", "q8_0", "q8_1", 6,
            "Hopper wgmma from shared memory, scaling overlapped with the next block, offset added by the tensor cores",
-           fused_quant=True, min_sm=(9, 0), max_sm=(9, 0), sum_x=True),
+           fused_quant=True, min_sm=(9, 0), max_sm=(9, 0), sum_x=True, file="06_decode_tensor_cores/q8_0_6_wgmma.cu"),
     Kernel("cuda_q8_0_q8_1_wgmma_ws", "cuda", "q8_0", "q8_1", 6,
            "the wgmma step with a producer warpgroup (copies, unpacking) and two consumer warpgroups, mbarriers",
-           fused_quant=True, min_sm=(9, 0), max_sm=(9, 0), sum_x=True),
+           fused_quant=True, min_sm=(9, 0), max_sm=(9, 0), sum_x=True,
+           file="06_decode_tensor_cores/q8_0_7_wgmma_ws.cu"),
 ]
 
 KERNELS: dict[str, Kernel] = {k.name: k for k in sorted(_CPU + _CUDA, key=lambda k: k.chapter)}

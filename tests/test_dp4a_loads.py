@@ -1,4 +1,4 @@
-"""The load counts in the header of cuda/q4_0_q8_1_dp4a.cu, checked twice: derived from the block
+"""The load counts in the header of cuda/04_w4a8/3_dp4a.cu, checked twice: derived from the block
 layouts (``formats.BLOCK_DTYPES``, the mirrors of the C structs), and counted in the PTX that nvcc
 makes of the naive and the DP4A kernels (skipped where nvcc is missing; no GPU needed).
 
@@ -14,22 +14,21 @@ from pathlib import Path
 import pytest
 
 from quantgemm_kernels import formats
+from quantgemm_kernels.registry import KERNELS
 
 CSRC = Path(__file__).resolve().parent.parent / "quantgemm_kernels" / "csrc"
 ROW = re.compile(r"^//\s+(Q\d_\d)\s+(\d+)\s+(\d+) x 8-bit\s+(\d+) x (\d+)-bit \(byte (\d+) of (\d+)\)"
                  r"\s+(\d+) -> (\d+)\s+\((\d+)x fewer\)\s*$")
 
 
-def _source(name: str) -> Path:
-    """The one file of that name under csrc/ (kernel files may move between folders)."""
-    hits = sorted(CSRC.rglob(name))
-    assert len(hits) == 1, f"expected one {name} under {CSRC}, found {hits}"
-    return hits[0]
+def _source(kernel: str) -> Path:
+    """The step file of a registered kernel (registry.py names it)."""
+    return KERNELS[kernel].source
 
 
 def _header_rows() -> dict[str, tuple[int, ...]]:
     rows = {}
-    for line in _source("q4_0_q8_1_dp4a.cu").read_text().splitlines():
+    for line in _source("cuda_q4_0_q8_1_dp4a").read_text().splitlines():
         if not line.startswith("//"):
             break  # the header ends at the first line of code
         m = ROW.match(line)
@@ -99,8 +98,8 @@ def test_ptx_loads_match_the_header(tmp_path):
     """nvcc may unroll the block loop, so the counts are whole multiples of one block pair's: the
     scales say how many block bodies the PTX holds, the quants' loads must then be the header's."""
     rows = _header_rows()
-    naive = _ptx_counts(_source("q4_0_q8_1_naive.cu"), tmp_path)
-    dp4a = _ptx_counts(_source("q4_0_q8_1_dp4a.cu"), tmp_path)
+    naive = _ptx_counts(_source("cuda_q4_0_q8_1_naive"), tmp_path)
+    dp4a = _ptx_counts(_source("cuda_q4_0_q8_1_dp4a"), tmp_path)
     for wf, fmt in WEIGHT.items():
         w_naive, w_dp4a, a_naive, a_dp4a = rows[fmt][6], rows[fmt][7], rows["q8_1"][6], rows["q8_1"][7]
         # naive: every quant byte is one 8-bit load, the scales are the only 16-bit loads

@@ -133,8 +133,12 @@ def test_errors_name_the_file_and_the_marker(tmp_path, text, message):
 
 
 def test_sources_by_kernel_name_and_by_file_name():
-    assert excerpts.source_path("mma.cuh") == excerpts.source_path("cuda/mma.cuh")
+    assert excerpts.source_path("mma.cuh") == excerpts.source_path("cuda/06_decode_tensor_cores/mma.cuh")
     assert excerpts.rel(excerpts.source_path("mma.cuh")).startswith("csrc/")
+    naive = excerpts.source_path("cuda_q4_0_q8_1_naive")
+    assert excerpts.source_path("04_w4a8/1_naive.cu") == naive == excerpts.source_path("cuda/04_w4a8/1_naive.cu")
+    with pytest.raises(ExcerptError, match="ambiguous"):  # every chapter folder has a 1_naive.cu
+        excerpts.source_path("1_naive.cu")
     with pytest.raises(ExcerptError, match="no source file"):
         excerpts.source_path("no_such_file.cuh")
     with pytest.raises(ExcerptError, match="neither a registered kernel"):

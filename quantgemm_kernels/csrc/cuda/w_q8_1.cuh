@@ -1,5 +1,5 @@
 // cuda/w_q8_1.cuh (chapter 4): the weight formats that meet Q8_1 activations, as a GPU thread
-// reads them: Q4_0 (W4A8) and Q8_0 (W8A8). The device twin of cpu/w_q8_1.h, which derives the
+// reads them: Q4_0 (W4A8) and Q8_0 (W8A8). The device twin of cpu/04_w4a8/w_q8_1.h, which derives the
 // per-block arithmetic (the compensation); every kernel of chapter 4 is a template on one of the
 // two structs below, so the loops are written once and W8A8 costs one line per kernel.
 //
@@ -29,10 +29,10 @@
 //                                       128-bit: block i's quants start at 36 i + 4 bytes from its
 //                                       row, a multiple of 8 only for odd i and of 16 only for
 //                                       i = 3 mod 4, and the row itself starts at 36 * nb * n.
-// Wider loads need a layout we choose: a tile copied to shared memory (q4_0_q8_1_vec_dp4a.cu).
+// Wider loads need a layout we choose: a tile copied to shared memory (04_w4a8/5_vec_dp4a.cu).
 //
-// Every q4_0_q8_1_<step>.cu defines gpu::gemm_q8_1_<step><WF> and instantiates it for both structs;
-// q8_0_q8_1_<step>.cu is the W8A8 launcher, one line. (Namespace gpu: the CPU side has its own
+// Every step file 04_w4a8/<n>_<step>.cu defines gpu::gemm_q8_1_<step><WF> and instantiates it for both
+// structs; q8_0_<n>_<step>.cu is the W8A8 launcher, one line. (Namespace gpu: the CPU side has its own
 // w_q4_0 and w_q8_0 in the same library.)
 #pragma once
 #include "common.cuh"
@@ -85,7 +85,7 @@ __device__ __forceinline__ float block_result(float d_w, float d_a, float s_a, i
     }
 }
 
-// The steps of chapter 4, each in q4_0_q8_1_<step>.cu. C [N, M] = A (Q8_1) x W (WF)^T on `stream`.
+// The steps of chapter 4, each in 04_w4a8/<n>_<step>.cu. C [N, M] = A (Q8_1) x W (WF)^T on `stream`.
 template <class WF> void gemm_q8_1_naive(const GemmProblem& p, cudaStream_t stream);
 template <class WF> void gemm_q8_1_tiled(const GemmProblem& p, cudaStream_t stream);
 template <class WF> void gemm_q8_1_dp4a(const GemmProblem& p, cudaStream_t stream);

@@ -1,0 +1,173 @@
+// cpu/04_w4a8/3_simd.cpp (chapter 4, W4A8): the CPU's DP4A, int8 SIMD dot products.
+//
+// The blocked kernel's tile, with the integer dot product of a block written for the hardware:
+// the 32 quants of a block fill one 256-bit register, and one instruction multiplies 32 byte
+// pairs and adds them in groups of four into 8 int32 lanes, exactly what DP4A does for 4 pairs
+// on a GPU. Which instruction is chosen when this file compiles (the build uses -march=native):
+//   AVX-512 VNNI / AVX-VNNI   vpdpbusd   u8 x s8 -> int32, one instruction
+//   AVX2                      vpmaddubsw (u8 x s8 -> pairs summed to int16) then vpmaddwd
+//                             with ones (int16 pairs summed to int32): two instructions
+//   anything else             a plain loop (the specification of the other two)
+// Both x86 instructions take one operand unsigned and one signed. Q4_0 nibbles are unsigned
+// 0..15 and Q8_1 quants are signed: they fit as stored, which is why the compensation
+// d_w * (d_a * sumi - 8 * s_a) suits SIMD; subtracting 8 first would make both operands signed.
+// Q8_0 weights are signed, so W8A8 uses the usual trick, |w| * (a * sign(w)), before the same
+// instruction.
+//
+// Two more changes against the blocked kernel, both to keep work out of the block loop:
+//  * The 8 int32 lanes are not added up per block. They are converted to float, scaled by
+//    d_w * d_a and accumulated in a vector; the lanes are added once, at the end.
+//  * Hence the compensation is summed on its own, sum_b d_w * s_a, and subtracted at the end:
+//        C = sum_b d_w d_a sumi_b  -  8 * sum_b d_w s_a,b      (the same sum, regrouped)
+// On x86 the fp16 scales are converted by the F16C instruction vcvtph2ps instead of in software.
+#include "w_q8_1.h"
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define QG_X86_SIMD 1
+#include <immintrin.h>
+#else
+#include <math.h>
+#endif
+
+namespace {
+
+// ---- one block's int8 dot product, and the float vector it is accumulated into ----
+#if QG_X86_SIMD
+typedef __m256i qvec;  // the 32 quants of one block (as bytes)
+typedef __m256i ivec;  // 8 int32 partial sums of one block's dot product
+typedef __m256 fvec;   // 8 float partial sums of one output
+
+// 32 u8 x s8 products, summed in fours into 8 int32 lanes.
+// [excerpt: dot_u8s8]
+inline ivec dot_u8s8(qvec u, qvec s) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+#elif defined(__AVXVNNI__)
+    return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s);
+#else
+    // int16 cannot overflow here: 2 * 127 * 127 = 32258 < 32767 (Q8_0 and Q8_1 quants are in
+    // [-127, 127]; Q4_0 nibbles are at most 15).
+    const __m256i pairs = _mm256_maddubs_epi16(u, s);
+    return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+#endif
+}
+
+inline qvec load_q8_1(const block_q8_1& a) { return _mm256_loadu_si256((const __m256i*)a.qs); }
+inline float scale_f32(fp16_bits h) { return _cvtsh_ss(h); }
+inline fvec fzero() { return _mm256_setzero_ps(); }
+inline void accumulate(fvec& acc, ivec sumi, float scale) {
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(scale), acc);
+}
+inline float hsum(fvec v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+template <class WF> struct simd_w;
+template <> struct simd_w<w_q4_0> {
+    // 16 bytes -> 32 nibbles in element order: low halves are elements 0..15, high halves 16..31.
+    // The block sits at a 2-byte boundary; x86 unaligned loads do not care.
+    static inline qvec load(const block_q4_0& b) {
+        const __m128i x = _mm_loadu_si128((const __m128i*)b.qs);
+        const __m256i both = _mm256_set_m128i(_mm_srli_epi16(x, 4), x);
+        return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+    }
+    static inline ivec dot(qvec w, qvec a) { return dot_u8s8(w, a); }  // nibbles are unsigned
+};
+template <> struct simd_w<w_q8_0> {
+    static inline qvec load(const block_q8_0& b) { return _mm256_loadu_si256((const __m256i*)b.qs); }
+    // w * a = |w| * (a * sign(w)): the unsigned operand is |w|, the sign moves to a.
+    static inline ivec dot(qvec w, qvec a) { return dot_u8s8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w)); }
+// [end excerpt: dot_u8s8]
+};
+
+#else  // portable: one int per block, what the instructions above compute
+struct qvec { int8_t q[QK]; };
+typedef int ivec;
+typedef float fvec;
+
+inline qvec load_q8_1(const block_q8_1& a) { qvec v; memcpy(v.q, a.qs, QK); return v; }
+inline float scale_f32(fp16_bits h) { return fp16_to_fp32(h); }
+inline fvec fzero() { return 0.0f; }
+inline void accumulate(fvec& acc, ivec sumi, float scale) { acc = fmaf((float)sumi, scale, acc); }
+inline float hsum(fvec v) { return v; }
+
+template <class WF> struct simd_w {
+    static inline qvec load(const typename WF::block& b) {
+        qvec v;
+        for (int l = 0; l < QK; l++) v.q[l] = (int8_t)WF::quant(b, l);
+        return v;
+    }
+    static inline ivec dot(const qvec& w, const qvec& a) {
+        int s = 0;
+        for (int l = 0; l < QK; l++) s += w.q[l] * a.q[l];
+        return s;
+    }
+};
+#endif
+
+// ---- the tile: the blocked kernel's loops around the block dot product above ----
+template <class WF, int TN, int TM>
+inline void tile(const block_q8_1* A, const typename WF::block* W, float* C, int nb, int M, int n0, int m0) {
+    fvec acc[TN][TM];
+    float comp[TN][TM] = {};  // sum_b d_w * s_a, for weights with an offset (Q4_0)
+    for (int i = 0; i < TN; i++)
+        for (int j = 0; j < TM; j++) acc[i][j] = fzero();
+    for (int b = 0; b < nb; b++) {
+        qvec wq[TM];  // the TM weight blocks of this step of K, unpacked once
+        float d_w[TM];
+        for (int j = 0; j < TM; j++) {
+            const typename WF::block& blk = W[(int64_t)(m0 + j) * nb + b];
+            d_w[j] = scale_f32(blk.d);
+            wq[j] = simd_w<WF>::load(blk);
+        }
+        for (int i = 0; i < TN; i++) {
+            const block_q8_1& a = A[(int64_t)(n0 + i) * nb + b];
+            // [excerpt: block_loop]
+            const qvec aq = load_q8_1(a);
+            const float d_a = scale_f32(a.d);
+            const float s_a = WF::offset != 0 ? scale_f32(a.s) : 0.0f;  // Q8_0 never reads s
+            for (int j = 0; j < TM; j++) {
+                accumulate(acc[i][j], simd_w<WF>::dot(wq[j], aq), d_w[j] * d_a);
+                if constexpr (WF::offset != 0) comp[i][j] += d_w[j] * s_a;
+            // [end excerpt: block_loop]
+            }
+        }
+    }
+    for (int i = 0; i < TN; i++) {
+        for (int j = 0; j < TM; j++) {
+            float c = hsum(acc[i][j]);
+            if constexpr (WF::offset != 0) c -= (float)WF::offset * comp[i][j];
+            C[(int64_t)(n0 + i) * M + m0 + j] = c;
+        }
+    }
+}
+}  // namespace
+
+template <class WF>
+void gemm_q8_1_simd(const GemmProblem& p, int m_begin, int m_end) {
+    const block_q8_1* A = (const block_q8_1*)p.A;
+    const typename WF::block* W = (const typename WF::block*)p.W;
+    const int nb = p.K / QK;
+    constexpr int TN = 4, TM = 4;
+    int n = 0;
+    for (; n + TN <= p.N; n += TN) {
+        int m = m_begin;
+        for (; m + TM <= m_end; m += TM) tile<WF, TN, TM>(A, W, p.C, nb, p.M, n, m);
+        for (; m < m_end; m++) tile<WF, TN, 1>(A, W, p.C, nb, p.M, n, m);
+    }
+    for (; n < p.N; n++) {
+        int m = m_begin;
+        for (; m + TM <= m_end; m += TM) tile<WF, 1, TM>(A, W, p.C, nb, p.M, n, m);
+        for (; m < m_end; m++) tile<WF, 1, 1>(A, W, p.C, nb, p.M, n, m);
+    }
+}
+
+template void gemm_q8_1_simd<w_q4_0>(const GemmProblem&, int, int);
+template void gemm_q8_1_simd<w_q8_0>(const GemmProblem&, int, int);
+
+void cpu_q4_0_q8_1_simd(const GemmProblem& p, int m_begin, int m_end) {
+    gemm_q8_1_simd<w_q4_0>(p, m_begin, m_end);
+}

@@ -1,0 +1,51 @@
+// cpu/04_w4a8/w_q8_1.h (chapter 4): what changes when the weights that meet Q8_1 activations are Q4_0
+// (W4A8) instead of Q8_0 (W8A8). Everything else, the loops of the naive, blocked and SIMD
+// kernels, is the same code, written once as a template on one of the two structs below.
+//
+// Per block of 32, both formats reduce to an integer dot product of stored quants,
+//     sumi = sum_j q_w,j * q_a,j,
+// followed by one line of float arithmetic with the blocks' scales:
+//   Q8_0: q_w is the signed weight quant, so      block = d_w * d_a * sumi
+//   Q4_0: q_w is the raw nibble 0..15 and the weight is (q_w - 8) * d_w, so
+//         sum_j (q_w,j - 8) d_w * q_a,j d_a = d_w * (d_a * sumi - 8 * d_a * sum_j q_a,j)
+//                                           = d_w * (d_a * sumi - 8 * s_a),
+//         with s_a = d_a * sum_j q_a,j, the value a Q8_1 block stores next to d. That is why the
+//         activations are Q8_1 and not Q8_0: the 8 is never subtracted from a nibble.
+//
+// The kernels: <n>_<step>.cpp defines the template gemm_q8_1_<step> and instantiates it
+// for both structs; q8_0_<n>_<step>.cpp names the W8A8 instance.
+#pragma once
+#include "../../gemm.h"
+
+// [excerpt: weight_formats]
+struct w_q4_0 {
+    using block = block_q4_0;
+    using quant_t = uint8_t;          // nibbles are unsigned, 0..15: u8 x s8 products (see simd)
+    static constexpr int offset = 8;  // a stored nibble q means the integer q - 8
+    // The stored integer of element j: byte j holds element j (low half) and j + 16 (high half).
+    static inline int quant(const block& b, int j) { return j < QK / 2 ? b.qs[j] & 0x0F : b.qs[j - QK / 2] >> 4; }
+};
+
+struct w_q8_0 {
+    using block = block_q8_0;
+    using quant_t = int8_t;
+    static constexpr int offset = 0;  // quants are already signed
+    static inline int quant(const block& b, int j) { return b.qs[j]; }
+};
+
+// One block's contribution, from the integer dot product and the three scales.
+template <class WF>
+inline float block_result(float d_w, float d_a, float s_a, int sumi) {
+    if constexpr (WF::offset == 0) {
+        (void)s_a;  // unused, not multiplied by 0: s_a can be inf (fp16 overflow) and 0 * inf = NaN
+        return d_w * (d_a * (float)sumi);
+    } else {
+        return d_w * (d_a * (float)sumi - (float)WF::offset * s_a);  // the compensation
+// [end excerpt: weight_formats]
+    }
+}
+
+// The steps of chapter 4. Each computes C columns [m_begin, m_end), as every CPU kernel does.
+template <class WF> void gemm_q8_1_naive(const GemmProblem& p, int m_begin, int m_end);
+template <class WF> void gemm_q8_1_blocked(const GemmProblem& p, int m_begin, int m_end);
+template <class WF> void gemm_q8_1_simd(const GemmProblem& p, int m_begin, int m_end);

@@ -1,0 +1,168 @@
+// cuda/06_decode_tensor_cores/6_wgmma.cu (chapter 6): Hopper's warpgroup mma (wgmma, sm_90a) for prefill, third step.
+//
+// The second step (06_decode_tensor_cores/4_mma.cu) issues one instruction every 2.2 cycles per scheduler, and 64%
+// of them are the two scaling FMAs per result and block; the rest feed the tensor cores from
+// registers (ldmatrix, scale loads) and wait for them. wgmma (sm_90a) changes the feeding:
+//  * One instruction per warpgroup (4 warps, 128 threads) multiplies a 64 x 32 tile of A by a
+//    32 x 128 tile of B, both read by the tensor cores straight from shared memory through two
+//    64-bit descriptors: no ldmatrix, no fragment registers. Here A is 64 tokens (the activation
+//    quants) and B is 128 weight rows, so a thread's 64 int32 results are 2 tokens x 32 rows: the
+//    activation scale of a result is one of 2 registers, the weight scale one of 32 (8 LDS.128).
+//  * It is asynchronous: the warpgroup issues block b + 1 and scales block b while it runs (two
+//    sets of 64 accumulator registers), and the tensor cores stay busy through the scaling.
+//
+// The catch is the integer-to-float trick of mma.cuh. mma.sync reads its accumulator input from
+// other registers than it writes, so the magic 0x4B400000 sits in one register for free. wgmma adds
+// to its own output registers (or to zero), so the offset would have to be written back into 64
+// registers per block: 64 more instructions per 128 FMAs. Instead the tensor cores add it: a first
+// wgmma of two constant tiles (every byte -128) gives 32 * (-128)^2 = 2^19 in every result, without
+// accumulating (scale-d = 0), and the block's wgmma adds sumi to it. 2^19 + sumi lies in
+// [2^19 - 520192, 2^19 + 520192], positive and below 2^23, so its bits read as a float are the
+// subnormal (2^19 + sumi) * 2^-149, exactly. The FMAs then run as before with scaled constants:
+//   x   = fma(d_a 2^64, D, -d_a 2^64 2^-130)   = d_a sumi 2^-85, one rounding (was: d_a sumi)
+//   acc = fma(d_w 2^85, x, acc)                 = the same product, the same rounding as step 2.
+// d_a is an fp16 value (Q8_1's d) in [2^-24, 65504], so every term stays normal and the result is
+// bit for bit that of cuda_q4_0_q8_1_mma (a test checks it). FP32 FMAs keep subnormals (no FTZ);
+// fma_rn below says so in PTX, whatever flags the build adds.
+//
+// Staging: the copies left the threads. The second step's cp.async from every thread held address
+// registers that later instructions had to wait for (Nsight Compute: a wgmma fence and FMAs stalled
+// on them, 19% of the samples). Here one thread starts each K step's copies on the TMA engine and
+// an mbarrier counts their bytes:
+//  * the activations are quantized into the kernel's own layout (wgmma_quantize_act_kernel): per
+//    tile of 128 tokens and K step, one 40 KB unit = this K step's shared memory image (quants in
+//    core-matrix order, then (d_a 2^64, c) per block and token): one bulk copy;
+//  * the weights' K step (128 rows x 144 or 272 bytes, row stride nb * B) is one 2-D box of a tensor
+//    map built at launch (cp.async.bulk.tensor; 128 one-row bulk copies measured 0.252 ms against
+//    0.220: a bulk copy takes uniform operands, so per-thread rows were issued one at a time).
+// The threads still unpack Q4_0 to int8 16 (q - 8) once per CTA (mma.cuh), then fence.proxy.async
+// makes their st.shared visible to the tensor cores, and one barrier per step hands the stage over.
+// Weights whose rows are not 16-byte aligned (K % 256 != 0) are read with 16-bit loads instead.
+//
+// Measured on an H100 (n = 512, k = 14336, quick bench): per-thread cp.async 0.300 ms; bulk copies
+// 0.252; TMA box for the weights 0.220; two accumulator sets 0.2185 (the second step: 0.243).
+#include "wgmma.cuh"
+
+namespace gpu {
+namespace {
+using namespace wg;
+constexpr int THREADS = 256;         // 2 warpgroups
+constexpr int PARTS = THREADS / BM;  // threads that unpack one weight row
+
+template <class WF>
+using Raw = RawPart<WF, KB, PARTS>;
+
+template <class WF>
+__global__ void __launch_bounds__(THREADS, 1)
+wgmma_kernel(const uint8_t* __restrict__ ws, const __grid_constant__ CUtensorMap wmap,
+             const typename WF::block* __restrict__ W, float* __restrict__ C, int N, int M, int K) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using RP = Raw<WF>;
+    constexpr int RAW_ROW = KB * RP::B;  // bytes of a row's K step as stored (144 or 272: 16-byte multiples)
+    extern __shared__ __align__(1024) int4 smem_raw[];
+    Stage* stages = (Stage*)smem_raw;                          // [2]
+    uint8_t* ones = (uint8_t*)(stages + 2);                    // BM x 32 bytes of -128
+    uint8_t(*raw)[RAW_ROW] = (uint8_t(*)[RAW_ROW])(ones + BM * QK);  // [BM][RAW_ROW]: a K step as stored
+    uint64_t* bar = (uint64_t*)(raw + BM);
+    const int nb = K / QK;
+    const int steps = (nb + KB - 1) / KB;
+    const bool aligned = nb % KB == 0;  // rows' K steps start 16-byte aligned: bulk copies, else 16-bit loads
+    const int m0 = blockIdx.x * BM;
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const int g = lane / 4, t = lane % 4;
+    const int wg = warp / 4;                         // warpgroup: tokens 64 wg ..
+    const int tok = 64 * wg + 16 * (warp % 4) + g;   // this thread's tokens: tok and tok + 8
+    const uint8_t* units = ws + (int64_t)blockIdx.y * steps * QG_WGMMA_UNIT_BYTES;  // this tile's K steps
+
+    const int wr = tid % BM, wp = tid / BM;  // thread tid unpacks part wp of row wr
+    const typename WF::block* wrow = W + (int64_t)min(m0 + wr, M - 1) * nb;  // rows past M repeat the last
+    auto load_step = [&](int s) {  // issued by every thread, counted on one barrier phase per step
+        Stage& st = stages[s & 1];
+        if (tid == 0) {  // the weights: one box of BM rows x a K step (16-bit elements), rows past M zeros
+            bar_expect(bar, QG_WGMMA_UNIT_BYTES + (aligned ? BM * RAW_ROW : 0));
+            bulk_copy(&st.a[0][0], units + (int64_t)s * QG_WGMMA_UNIT_BYTES, QG_WGMMA_UNIT_BYTES, bar);
+            if (aligned) tma_copy_2d(&raw[0][0], &wmap, s * RAW_ROW / 2, m0, bar);
+        }
+    };
+    auto unpack_step = [&](int s) {  // after the step's copies landed; then fence: the tensor cores read what st.shared wrote
+        Stage& st = stages[s & 1];
+        mma_unpack_weights<WF, KB, PARTS>(
+            [&](int part, int c) { return ((const uint4*)&raw[wr][0])[RP::first_chunk(part) + c]; }, wrow, wp, s, nb,
+            aligned, [&](int b, float d, const uint32_t* q) { store_block<WF>(st, wr, b, d, q); });
+        fence_proxy_async();
+    };
+
+    for (int i = tid; i < BM * QK / 16; i += THREADS) ((uint4*)ones)[i] = make_uint4(0x80808080u, 0x80808080u,
+                                                                                       0x80808080u, 0x80808080u);
+    if (tid == 0) bar_init(bar, 1);
+    fence_proxy_async();  // the barrier's init, the ones: seen by the async proxy
+    __syncthreads();
+    load_step(0);
+    bar_wait(bar, 0);
+    unpack_step(0);
+    __syncthreads();
+
+    const uint64_t ones_desc = smem_desc(ones);
+    float acc[64] = {};
+#ifndef QG_WGMMA_SETS
+#define QG_WGMMA_SETS 2
+#endif
+    // Accumulator sets: 2 overlap block b's scaling with block b + 1's wgmma (1: wait for each; H100,
+    // n = 512, k = 14336: 0.221 -> 0.2185 ms). -DQG_WGMMA_SETS=1 in QUANTGEMM_NVCC_FLAGS builds the other.
+    constexpr int SETS = QG_WGMMA_SETS;
+    int D[SETS][64];
+
+    auto scale = [&](const Stage& cur, int b, int (&d)[64]) { scale_block(acc, cur, b, d, t, tok); };
+
+    for (int s = 0; s < steps; s++) {
+        const Stage& cur = stages[s & 1];
+        const bool next = s + 1 < steps;
+        if (next) load_step(s + 1);  // the other stage and the raw rows are free (barrier below)
+#pragma unroll
+        for (int b = 0; b < KB; b++) {
+            wgmma_fence();  // earlier reads of this set come first
+            wgmma_s8<0>(D[b % SETS], ones_desc, ones_desc);  // 2^19 everywhere
+            wgmma_s8<1>(D[b % SETS], smem_desc(&cur.a[b][64 * wg * QK]), smem_desc(&cur.w[b][0]));
+            wgmma_commit();
+            if (SETS == 1) {
+                wgmma_wait<0>();
+                fence_regs(D[0]);
+                scale(cur, b, D[0]);
+            } else if (b > 0) {  // block b - 1 is done once at most one group (block b) is pending
+                wgmma_wait<SETS - 1>();
+                fence_regs(D[(b - 1) % SETS]);
+                scale(cur, b - 1, D[(b - 1) % SETS]);
+            }
+        }
+        if (SETS > 1) {
+            wgmma_wait<0>();
+            fence_regs(D[(KB - 1) % SETS]);
+            scale(cur, KB - 1, D[(KB - 1) % SETS]);
+        }
+        if (next) {
+            bar_wait(bar, (s + 1) & 1);
+            unpack_step(s + 1);
+        }
+        __syncthreads();  // every warpgroup is done with cur (wait<0>), the next stage is complete
+    }
+
+    store_acc(C, acc, blockIdx.y * BN, m0, tok, t, N, M);
+#endif
+}
+}  // namespace
+
+template <class WF>
+void gemm_q8_1_wgmma(const GemmProblem& p, cudaStream_t stream) {
+    const size_t smem = 2 * sizeof(Stage) + BM * QK + (size_t)BM * KB * Raw<WF>::B + 16;
+    cudaFuncSetAttribute(wgmma_kernel<WF>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    wgmma_prepare_and_launch<WF>(p, stream, [&](dim3 grid, const uint8_t* ws, const CUtensorMap& wmap, float* C, int N) {
+        wgmma_kernel<WF><<<grid, THREADS, smem, stream>>>(ws, wmap, (const typename WF::block*)p.W, C, N, p.M, p.K);
+    });
+}
+
+template void gemm_q8_1_wgmma<w_q4_0>(const GemmProblem&, cudaStream_t);
+template void gemm_q8_1_wgmma<w_q8_0>(const GemmProblem&, cudaStream_t);
+
+}  // namespace gpu
+
+void cuda_q4_0_q8_1_wgmma(const GemmProblem& p, cudaStream_t stream) { gpu::gemm_q8_1_wgmma<gpu::w_q4_0>(p, stream); }

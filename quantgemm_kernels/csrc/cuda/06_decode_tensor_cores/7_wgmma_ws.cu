@@ -1,0 +1,235 @@
+// cuda/06_decode_tensor_cores/7_wgmma_ws.cu (chapter 6): the wgmma step with specialized warpgroups, fourth step.
+//
+// The third step (06_decode_tensor_cores/6_wgmma.cu) runs every K step of 8 blocks in lockstep: all 256 threads
+// wait for the copies, unpack Q4_0 into the other stage, fence, and meet at __syncthreads; the
+// wgmma pipeline drains there (the last block of a step is scaled with no wgmma running) and fills
+// again (the first block's wgmma runs with no scaling beside it). Nsight Compute put the barrier
+// stalls at a quarter of the samples, with 2 warps per scheduler to hide them.
+//
+// Here the jobs go to different warps, as in CUTLASS's and FlashAttention-3's Hopper kernels:
+//  * a producer warpgroup (warps 8-11): one thread starts the copies on the TMA engine (the raw
+//    weights of step s + 1 while step s is unpacked; the activations straight into a stage once the
+//    consumers have freed it), and each thread unpacks one weight row of the step into the stage,
+//    fences (fence.proxy.async: the tensor cores read what st.shared wrote) and arrives on the
+//    stage's `full` barrier;
+//  * two consumer warpgroups (64 tokens each) wait for `full` and for the activations, issue wgmma
+//    and scale; each of their threads arrives on the stage's `empty` barrier after its last read
+//    of it, and the producer waits for `empty` before it refills the stage.
+// The producer's unpacking and copies overlap the consumers' wgmmas and scaling from other warps,
+// and the two consumer warpgroups no longer meet at a block-wide barrier.
+//
+// Registers: the consumers hold 64 accumulators and two sets of 64 wgmma results; the producer
+// needs few. The CTA gets 168 per thread at launch (384 threads); setmaxnreg moves them: the
+// producer gives back to 40, the consumers take 232 (40 x 128 + 232 x 256 = 168 x 384). In 232
+// the two sets fit only when a block is scaled in two halves of its rows (ptxas spilled in the
+// loop before).
+// Shared memory: two stages of 8 blocks (activations, weights as int8, scales) plus two raw weight
+// steps as stored: 193 KB for Q4_0, 225 KB for Q8_0: no room for a third stage.
+//
+// Measured on an H200 (n = 512, k = 14336, quick bench; the third step 0.225-0.226 ms in the same
+// runs): 1 set 0.217-0.220 ms, 2 sets 0.218; every consumer thread arriving on `empty` (racecheck):
+// 0.224 (the third step: 0.2245 in that run). Tried and dropped: each block as two m64n64 wgmmas
+// pipelined in the registers of one set (0.232-0.235), the scales loaded before the wait for the
+// wgmma (0.222 with 2 sets, no gain with 1). Nsight Compute (2 sets): issue slots 54% busy;
+// stalls: the scales' shared-memory loads right after the wgmma wait 25%, selected 20%, not
+// selected 19%, dispatch 13%; the wgmma wait itself only 4.5% (third step: 26%).
+// Those times include the activation quantizer with a straightforward lane map, about 50 us of
+// them. With the lane map of wgmma.cuh the whole product takes 0.186 ms, the third step 0.188; this
+// kernel alone 174 us and the quantizer 12.5 us (Nsight Compute). The launch with PDL (the CTAs
+// start while the quantizer finishes) gains 0.3-1% (0.1861 against 0.1867 ms; at n = 512,
+// k = 4096: 0.0564 against 0.0571).
+// Nsight Compute now: L1/shared-memory pipe 83% busy, 4.8 wavefronts per shared load (the scales'
+// LDS.128), issue slots 51%: the scales' loads are what to shrink next.
+//
+// The arithmetic, and so every output bit, is the third step's (a test checks it against the mma step).
+#include "wgmma.cuh"
+
+namespace gpu {
+namespace {
+using namespace wg;
+constexpr int CONSUMERS = 256;              // warpgroups 0 and 1: tokens 0..63, 64..127
+constexpr int THREADS = CONSUMERS + 128;    // warpgroup 2: the producer
+constexpr int STAGES = 2;
+constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
+#ifndef QG_WGMMA_WS_PDL
+#define QG_WGMMA_WS_PDL 1  // 0: an ordinary launch (for the ladder's measurement)
+#endif
+
+static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * CONSUMERS <= 65536 / THREADS / 8 * 8 * THREADS,
+              "setmaxnreg can only move the registers the CTA got at launch");
+#ifndef QG_WGMMA_WS_PARTS
+#define QG_WGMMA_WS_PARTS 2
+#endif
+// The producer thread of a row unpacks a K step in PARTS parts (fewer live registers per part:
+// Q8_0's 4 blocks of 34 bytes would not fit the producer's 40 registers).
+template <class WF>
+constexpr int PARTS = sizeof(typename WF::block) > 18 ? 4 : QG_WGMMA_WS_PARTS;
+
+template <class WF>
+using Raw = RawPart<WF, KB, PARTS<WF>>;
+
+template <class WF>
+struct Smem {
+    static constexpr int RAW_ROW = KB * Raw<WF>::B;  // bytes of a row's K step as stored (144 or 272)
+    Stage st[STAGES];
+    uint8_t raw[STAGES][BM][RAW_ROW];                // the weights' K step, as the TMA box wrote it
+    uint8_t ones[BM * QK];                           // -128 everywhere: the offset's wgmma
+    // acts: the stage's activation copy landed; raw: the raw weights of a step landed (counted in
+    // bytes); full: the producer unpacked the stage's weights; empty: the consumers are done with it
+    uint64_t acts[STAGES], raw_in[STAGES], full[STAGES], empty[STAGES];
+};
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+template <int REGS>
+__device__ __forceinline__ void set_max_regs_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(REGS)); }
+template <int REGS>
+__device__ __forceinline__ void set_max_regs_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REGS)); }
+#endif
+
+template <class WF>
+__global__ void __launch_bounds__(THREADS, 1)
+wgmma_ws_kernel(const uint8_t* __restrict__ ws, const __grid_constant__ CUtensorMap wmap,
+                const typename WF::block* __restrict__ W, float* __restrict__ C, int N, int M, int K) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ __align__(1024) int4 smem_raw[];
+    Smem<WF>& sm = *(Smem<WF>*)smem_raw;
+    const int nb = K / QK;
+    const int steps = (nb + KB - 1) / KB;
+    const bool aligned = nb % KB == 0;  // rows' K steps start 16-byte aligned: TMA box, else 16-bit loads
+    const int m0 = blockIdx.x * BM;
+    const int tid = threadIdx.x;
+
+    for (int i = tid; i < BM * QK / 16; i += THREADS)
+        ((uint4*)sm.ones)[i] = make_uint4(0x80808080u, 0x80808080u, 0x80808080u, 0x80808080u);
+    if (tid == 0)
+        for (int i = 0; i < STAGES; i++) {
+            bar_init(&sm.acts[i], 1);          // the producer's expect_tx, then the copy's bytes
+            bar_init(&sm.raw_in[i], 1);
+            bar_init(&sm.full[i], 128);        // every producer thread, after its row
+            bar_init(&sm.empty[i], CONSUMERS);  // every consumer thread, after its last read
+        }
+    fence_proxy_async();  // the barriers' init, the ones: seen by the async proxy
+    __syncthreads();
+
+    if (tid >= CONSUMERS) {  // ---- producer warpgroup
+        set_max_regs_dec<PRODUCER_REGS>();
+        const int r = tid - CONSUMERS;  // this thread's weight row
+        const typename WF::block* wrow = W + (int64_t)min(m0 + r, M - 1) * nb;  // rows past M repeat the last
+        const uint8_t* units = ws + (int64_t)blockIdx.y * steps * QG_WGMMA_UNIT_BYTES;
+        // The raw weights of step s + 1 are copied while step s is unpacked (their buffer's last
+        // reader, the unpacking of step s - 1, is done: named barrier 1 of the producer's 128
+        // threads); the activations go straight into the stage, once the consumers have freed it,
+        // and the consumers wait for them themselves.
+        auto copy_raw = [&](int s) {
+            const int i = s % STAGES;
+            bar_expect(&sm.raw_in[i], BM * Smem<WF>::RAW_ROW);
+            tma_copy_2d(&sm.raw[i][0][0], &wmap, s * Smem<WF>::RAW_ROW / 2, m0, &sm.raw_in[i]);
+        };
+        if (r == 0 && aligned) copy_raw(0);
+        for (int s = 0; s < steps; s++) {
+            const int i = s % STAGES, round = s / STAGES;
+            Stage& st = sm.st[i];
+            if (r == 0 && aligned && s + 1 < steps) copy_raw(s + 1);
+            if (s >= STAGES) bar_wait(&sm.empty[i], (round - 1) & 1);  // the consumers are done with step s - STAGES
+            if (r == 0) {
+                // Launched with PDL, the CTA may start while the quantizer still runs: the barriers,
+                // the first weight copies and (for s = 0) nothing else came before this wait.
+                if (s == 0) grid_dependency_wait();
+                bar_expect(&sm.acts[i], QG_WGMMA_UNIT_BYTES);
+                bulk_copy(&st.a[0][0], units + (int64_t)s * QG_WGMMA_UNIT_BYTES, QG_WGMMA_UNIT_BYTES, &sm.acts[i]);
+            }
+            if (aligned) bar_wait(&sm.raw_in[i], round & 1);
+            auto chunk = [&](int part, int c) { return ((const uint4*)&sm.raw[i][r][0])[Raw<WF>::first_chunk(part) + c]; };
+            auto store = [&](int b, float d, const uint32_t* q) { store_block<WF>(st, r, b, d, q); };
+#pragma unroll
+            for (int part = 0; part < PARTS<WF>; part++)
+                mma_unpack_weights<WF, KB, PARTS<WF>>(chunk, wrow, part, s, nb, aligned, store);
+            fence_proxy_async();
+            bar_arrive(&sm.full[i]);
+            asm volatile("bar.sync 1, 128;\n" ::: "memory");  // every producer thread is done with raw[i]
+        }
+        return;
+    }
+
+    // ---- consumer warpgroups
+    set_max_regs_inc<CONSUMER_REGS>();
+    const int lane = tid % 32, warp = tid / 32;
+    const int g = lane / 4, t = lane % 4;
+    const int wg = warp / 4;                        // warpgroup: tokens 64 wg ..
+    const int tok = 64 * wg + 16 * (warp % 4) + g;  // this thread's tokens: tok and tok + 8
+    const uint64_t ones_desc = smem_desc(sm.ones);
+    float acc[64] = {};
+#ifndef QG_WGMMA_WS_SETS
+#define QG_WGMMA_WS_SETS 2
+#endif
+    // Accumulator sets. 1: a block's wgmma is waited for before its scaling, and the other
+    // warpgroup's wgmma runs meanwhile. 2: block b's wgmma also runs while block b - 1 is scaled (as
+    // in the third step). -DQG_WGMMA_WS_SETS=1 in QUANTGEMM_NVCC_FLAGS builds the other.
+    // A block is scaled in two halves of its rows (16 weight scales in registers instead of 32).
+    constexpr int SETS = QG_WGMMA_WS_SETS;
+    int D[SETS][64];
+    auto issue = [&](const Stage& cur, int b) {
+        wgmma_fence();  // earlier reads of this set come first
+        wgmma_s8<0>(D[b % SETS], ones_desc, ones_desc);  // 2^19 everywhere
+        wgmma_s8<1>(D[b % SETS], smem_desc(&cur.a[b][64 * wg * QK]), smem_desc(&cur.w[b][0]));
+        wgmma_commit();
+    };
+    auto scale = [&](const Stage& cur, int b) {  // after the wait for block b's wgmma
+        int(&d)[64] = D[b % SETS];
+        fence_regs(d);
+        apply_scales<0, 8>(acc, *(int(*)[32])&d[0], load_scales<0, 8>(cur, b, t, tok));
+        apply_scales<8, 8>(acc, *(int(*)[32])&d[32], load_scales<8, 8>(cur, b, t, tok));
+    };
+
+    // With two sets the pipeline drains at the end of each K step: ptxas keeps wgmmas asynchronous
+    // only while no wgmma whose results are read by other instructions is in flight across a loop's
+    // back edge (else it serializes them all, warning C7514).
+    for (int s = 0; s < steps; s++) {
+        const int i = s % STAGES;
+        const Stage& cur = sm.st[i];
+        bar_wait(&sm.full[i], (s / STAGES) & 1);
+        bar_wait(&sm.acts[i], (s / STAGES) & 1);
+#pragma unroll
+        for (int b = 0; b < KB; b++) {
+            issue(cur, b);
+            if (SETS == 1) {
+                wgmma_wait<0>();
+                scale(cur, b);
+            } else if (b > 0) {  // block b - 1 is done once at most one group (block b) is pending
+                wgmma_wait<SETS - 1>();
+                scale(cur, b - 1);
+            }
+        }
+        if (SETS > 1) {
+            wgmma_wait<0>();
+            scale(cur, KB - 1);
+        }
+        // This thread's last read of the stage. Every thread arrives: an arrival releases the
+        // arriving thread's own reads only (one lane per warp after __syncwarp left the other
+        // lanes' reads unordered for racecheck: 15 hazards against the producer's next writes; one
+        // thread per warpgroup after a named barrier of its 128 threads: 16 hazards, and 2% slower).
+        bar_arrive(&sm.empty[i]);
+    }
+    store_acc(C, acc, blockIdx.y * BN, m0, tok, t, N, M);
+#endif
+}
+}  // namespace
+
+template <class WF>
+void gemm_q8_1_wgmma_ws(const GemmProblem& p, cudaStream_t stream) {
+    const size_t smem = sizeof(Smem<WF>);
+    cudaFuncSetAttribute(wgmma_ws_kernel<WF>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    wgmma_prepare_and_launch<WF>(p, stream, [&](dim3 grid, const uint8_t* ws, const CUtensorMap& wmap, float* C, int N) {
+        // Programmatic dependent launch: the CTAs start while the quantizer finishes (its CTAs
+        // allow it at once); the producer waits for its writes before the first activation copy.
+        launch_maybe_pdl(wgmma_ws_kernel<WF>, grid, dim3(THREADS), smem, stream, QG_WGMMA_WS_PDL != 0, ws, wmap,
+                         (const typename WF::block*)p.W, C, N, p.M, p.K);
+    });
+}
+
+template void gemm_q8_1_wgmma_ws<w_q4_0>(const GemmProblem&, cudaStream_t);
+template void gemm_q8_1_wgmma_ws<w_q8_0>(const GemmProblem&, cudaStream_t);
+
+}  // namespace gpu
+
+void cuda_q4_0_q8_1_wgmma_ws(const GemmProblem& p, cudaStream_t stream) { gpu::gemm_q8_1_wgmma_ws<gpu::w_q4_0>(p, stream); }

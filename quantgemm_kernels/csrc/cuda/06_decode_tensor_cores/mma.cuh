@@ -1,0 +1,190 @@
+// cuda/06_decode_tensor_cores/mma.cuh (chapter 6): what the tensor-core steps share. The activations are quantized
+// first (quantize_q8_1_lane: llama.cpp's Q8_1 bytes and scales) into a workspace laid out for the
+// mma kernels: int8 quants [N][K] (16-byte copies) and float pairs (d, c = -MAGIC_F * d)
+// [N][K/32]. llama.cpp's MMQ does the same with its own q8_1_mmq layout (d only, for Q4_0 and
+// Q8_0 weights: s is not needed). Then mma_s8, one mma.sync.m16n8k32 on int8.
+//
+// Integer to float for free: the mma adds its int32 accumulator input to the product, and
+// 0x4B400000 is the float 1.5 * 2^23. With that as the input, the result's bits are the float
+// 12582912 + sumi exactly (|sumi| < 2^22): no I2F, which runs at a quarter of the FP32 rate.
+// The offset is removed inside the scaling FMA: fmaf(d_a, 12582912 + sumi, c) with
+// c = -12582912 * d_a (exact: 2 + 11 significant bits) is d_a * sumi rounded once, as if sumi
+// had been converted first (block_dot below).
+#pragma once
+#include <algorithm>
+
+#include "../w_q8_1.cuh"
+
+namespace gpu {
+
+constexpr uint32_t MMA_MAGIC = 0x4B400000u;  // 1.5 * 2^23 as float bits
+constexpr float MMA_MAGIC_F = 12582912.0f;   // the same number as a float
+
+namespace {
+// One warp per block; writes quants to qs [rows][K] and (d, -MMA_MAGIC_F * d) to ds [rows][K/32].
+// sum_mode Q8_1_S_SUM_X: MMQ's own activation quantizer (quantize_mmq_lane), d_fp16 as it keeps d.
+// With a float32 d (MMQ's for Q8_0 weights) c = -MMA_MAGIC_F * d needs 26 significant bits and is
+// rounded, which costs up to d/2 per block result (measured: NMSE ~1e-9 against MMQ, more on data
+// with outliers); the binding therefore offers the mode to the Q4_0 mma steps only (fp16 d). The
+// wgmma steps scale by a power of two instead and take either.
+__global__ void mma_quantize_act_kernel(const float* __restrict__ x, int8_t* __restrict__ qs,
+                                        float2* __restrict__ ds, int64_t total, int sum_mode, bool d_fp16) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i - (threadIdx.x % 32) >= total) return;  // whole warps in or out (total % 32 == 0)
+    float d;
+    if (sum_mode == Q8_1_S_SUM_X) {
+        qs[i] = (int8_t)quantize_mmq_lane(x[i], d_fp16, d);
+    } else {
+        fp16_bits d16, s16;
+        qs[i] = (int8_t)quantize_q8_1_lane(x[i], d16, s16);
+        d = scale_to_float(d16);
+        (void)s16;  // the signed formula needs no s
+    }
+    if (threadIdx.x % 32 == 0) ds[i / 32] = make_float2(d, -MMA_MAGIC_F * d);
+}
+}  // namespace
+
+// p.A (float32 [N, K]) -> p.workspace (act_workspace_bytes in gemm.h): quants, then (d, c).
+// d_fp16: how MMQ keeps d in p.q8_1_sum_mode's MMQ mode (Q4_0 weights: fp16; Q8_0: float32).
+inline void mma_quantize_acts(const GemmProblem& p, cudaStream_t stream, int8_t*& aq, float2*& ads, bool d_fp16) {
+    const int64_t total = (int64_t)p.N * p.K;
+    aq = (int8_t*)p.workspace;
+    ads = (float2*)(aq + ((total + 15) / 16) * 16);
+    mma_quantize_act_kernel<<<(unsigned)((total + 255) / 256), 256, 0, stream>>>((const float*)p.A, aq, ads, total,
+                                                                                  p.q8_1_sum_mode, d_fp16);
+}
+
+// D = A (16 x 32, rows) * B (32 x 8, columns) + c in every element of the accumulator input.
+// [excerpt: mma_s8]
+__device__ __forceinline__ void mma_s8(int (&d)[4], const int (&a)[4], const int (&b)[2], int c) {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%10,%10,%10,%10};\n"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(c));
+// [end excerpt: mma_s8]
+#else
+    __trap();  // the launchers refuse GPUs older than sm_80
+#endif
+}
+
+// Q4_0's signed nibbles: a nibble q moved to the top of its byte is the int8 16 * q, and flipping
+// bit 7 makes it 16 * (q - 8). From quant word v (low nibbles: elements 4t..4t+3, high: 16+4t..):
+// [excerpt: q4_0_signed]
+__device__ __forceinline__ uint32_t q4_0_signed_lo(uint32_t v) { return ((v << 4) & 0xF0F0F0F0u) ^ 0x80808080u; }
+__device__ __forceinline__ uint32_t q4_0_signed_hi(uint32_t v) { return (v & 0xF0F0F0F0u) ^ 0x80808080u; }
+// [end excerpt: q4_0_signed]
+
+// ldmatrix.x4: four 8 x 8 matrices of 16-bit elements (here: 8 rows x 16 int8) from shared memory.
+// Lanes 8i..8i+7 give the row addresses of matrix i (16-byte aligned); lane l gets, in register i,
+// the 4 bytes 4 (l % 4) .. 4 (l % 4) + 3 of matrix i's row l / 4: an mma fragment word.
+__device__ __forceinline__ void ldsm_x4(int (&r)[4], unsigned addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+// The end of a warp's MT x NT tiles of mma results into C [N, M]: lane (g, t) holds rows (m)
+// m0 + 16i + g (+8) and columns (n) n0 + 8j + 2t (+1); rows past M and columns past N are not written.
+template <int MT, int NT>
+__device__ __forceinline__ void mma_store_tiles(float* C, const float (&acc)[MT][NT][4], int m0, int n0, int g, int t,
+                                                int M, int N) {
+#pragma unroll
+    for (int i = 0; i < MT; i++)
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int m = m0 + 16 * i + g + 8 * (r >> 1);
+                const int n = n0 + 8 * j + 2 * t + (r & 1);
+                if (m < M && n < N) C[(int64_t)n * M + m] = acc[i][j][r];
+            }
+}
+
+// Launches launch(aq, ads, C, n) over slices of at most 65535 CTA columns of BN tokens each
+// (gridDim.y is capped at 65535), with the pointers of the slice.
+template <int BN, class Launch>
+inline void mma_launch_slices(const GemmProblem& p, const int8_t* aq, const float2* ads, Launch launch) {
+    constexpr int MAX_N = 65535 * BN;
+    const int nb = p.K / QK;
+    for (int n0 = 0; n0 < p.N; n0 += MAX_N)
+        launch(aq + (int64_t)n0 * p.K, ads + (int64_t)n0 * nb, p.C + (int64_t)n0 * p.M, std::min(MAX_N, p.N - n0));
+}
+
+// ---- Weight staging of the tiled tensor-core steps (06_decode_tensor_cores/4_mma.cu, 06_decode_tensor_cores/6_wgmma.cu): a K step
+// of KB blocks per weight row lands in shared memory as stored (mma: cp.async by the PARTS threads
+// of a row into [PARTS][CHUNKS][BM]; wgmma: one TMA box [BM][KB * B]) and each of the PARTS threads
+// unpacks its part of the row (KB / PARTS blocks), reading it through a chunk accessor.
+//
+// Part p of a row holds blocks p BPP .. (p + 1) BPP - 1: bytes [p BPP B, (p + 1) BPP B) of the step,
+// as the 16-byte chunks that cover them.
+template <class WF, int KB, int PARTS>
+struct RawPart {
+    static constexpr int B = (int)sizeof(typename WF::block);
+    static constexpr int BPP = KB / PARTS;  // blocks per part
+    __host__ __device__ static constexpr int first_chunk(int p) { return p * BPP * B / 16; }
+    __host__ __device__ static constexpr int chunks(int p) { return ((p + 1) * BPP * B - 1) / 16 - first_chunk(p) + 1; }
+    __host__ __device__ static constexpr int skew(int p) { return p * BPP * B - 16 * first_chunk(p); }  // first block's byte
+    static constexpr int CHUNKS = chunks(0);
+    static_assert(KB % PARTS == 0, "parts of whole blocks");
+    static_assert(chunks(1) == CHUNKS && chunks(PARTS - 1) == CHUNKS, "every part copies as many chunks");
+    static_assert(KB * B % 16 == 0, "a K step of a row is whole 16-byte chunks");
+};
+
+// Part PART of a row, copied as RawPart chunks (chunk(PART, c): its c-th 16 bytes): store(b, d, q)
+// for each of its blocks (b: block in the step, d: scale, q: quant words). After unrolling every
+// offset is a constant.
+template <class WF, int KB, int PARTS, int PART, class Chunk, class Store>
+__device__ __forceinline__ void mma_unpack_part(Chunk& chunk, Store& store) {
+    using RP = RawPart<WF, KB, PARTS>;
+    uint32_t u[RP::CHUNKS * 4 + 1];
+#pragma unroll
+    for (int c = 0; c < RP::CHUNKS; c++) {
+        const uint4 v = chunk(PART, c);
+        u[4 * c] = v.x; u[4 * c + 1] = v.y; u[4 * c + 2] = v.z; u[4 * c + 3] = v.w;
+    }
+    u[RP::CHUNKS * 4] = 0;
+#pragma unroll
+    for (int i = 0; i < RP::BPP; i++) {
+        const int off = RP::skew(PART) + i * RP::B;  // the block's first byte (its fp16 scale; even)
+        const fp16_bits d16 = (fp16_bits)(u[off >> 2] >> (8 * (off & 3)));
+        uint32_t q[WF::qs_words];
+#pragma unroll
+        for (int j = 0; j < WF::qs_words; j++) q[j] = (uint32_t)word_at(u, off + 2 + 4 * j);
+        store(PART * RP::BPP + i, scale_to_float(d16), q);
+    }
+}
+
+// The same for a part known at run time only (one case per part, each with constant offsets).
+template <class WF, int KB, int PARTS, int P, class Chunk, class Store>
+__device__ __forceinline__ void mma_unpack_part_of(int part, Chunk& chunk, Store& store) {
+    if constexpr (P + 1 == PARTS) mma_unpack_part<WF, KB, PARTS, P>(chunk, store);
+    else if (part == P) mma_unpack_part<WF, KB, PARTS, P>(chunk, store);
+    else mma_unpack_part_of<WF, KB, PARTS, P + 1>(part, chunk, store);
+}
+
+// This thread's part of row wrow for K step s, after its copies landed (aligned) or, when rows are not
+// 16-byte aligned (nb % KB != 0), straight from the blocks with 16-bit loads (correct, slower),
+// blocks past the last as zeros.
+template <class WF, int KB, int PARTS, class Chunk, class Store>
+__device__ __forceinline__ void mma_unpack_weights(Chunk chunk, const typename WF::block* wrow, int part, int s,
+                                                   int nb, bool aligned, Store store) {
+    using RP = RawPart<WF, KB, PARTS>;
+    if (aligned) {
+        mma_unpack_part_of<WF, KB, PARTS, 0>(part, chunk, store);
+        return;
+    }
+    for (int i = 0; i < RP::BPP; i++) {
+        const int b = part * RP::BPP + i, kb = s * KB + b;
+        uint32_t q[WF::qs_words];
+        for (int j = 0; j < WF::qs_words; j++) q[j] = kb < nb ? (uint32_t)load_int_b2(wrow[kb].qs, j) : 0u;
+        store(b, kb < nb ? scale_to_float(wrow[kb].d) : 0.0f, q);
+    }
+}
+
+// d_a * sumi from the mma's result bits D = float(MMA_MAGIC_F + sumi) and the pair (d_a, c), one rounding.
+// [excerpt: block_dot]
+__device__ __forceinline__ float block_dot(float d_a, float c, int D) { return fmaf(d_a, __int_as_float(D), c); }
+// [end excerpt: block_dot]
+
+}  // namespace gpu
