@@ -5,9 +5,11 @@ A name reads ``<device>_<weight format>_<activation format>_<variant>``; the C++
 same names in ``csrc/cpu/kernels.def`` and ``csrc/cuda/kernels.def`` (a test checks they agree).
 A kernel's ``file`` is its step file, relative to ``csrc/<device>/``: one folder per chapter,
 named ``<chapter>_<topic>`` (``04_w4a8``), and in it one file per step of the chapter's ladder,
-numbered in teaching order (``04_w4a8/3_dp4a.cu``), so that ``ls`` reads as the chapter does.
-Headers that one chapter's steps share sit in that chapter's folder; those of several chapters
-(``cuda/common.cuh``, ``cuda/w_q8_1.cuh``) one level up.
+numbered in teaching order (``04_w4a8/3_dp4a.cu``), so that ``ls`` reads as the chapter does. A step
+file holds one idea and defines it for every weight format that takes it: ``04_w4a8/3_dp4a.cu``
+defines ``cuda_q4_0_q8_1_dp4a`` and ``cuda_q8_0_q8_1_dp4a``. Headers that one chapter's steps
+share sit in that chapter's folder; those of several chapters (``cuda/common.cuh``,
+``cuda/w_q8_1.cuh``) one level up.
 """
 from __future__ import annotations
 
@@ -76,11 +78,11 @@ _CPU = [
     Kernel("cpu_q4_0_q8_1_simd", "cpu", "q4_0", "q8_1", 4, "int8 SIMD dot products (VNNI/AVX2), the CPU's DP4A",
            file="04_w4a8/3_simd.cpp"),
     Kernel("cpu_q8_0_q8_1_naive", "cpu", "q8_0", "q8_1", 4, "integer dot per block, no compensation",
-           file="04_w4a8/q8_0_1_naive.cpp"),
+           file="04_w4a8/1_naive.cpp"),
     Kernel("cpu_q8_0_q8_1_blocked", "cpu", "q8_0", "q8_1", 4, "weights read once per 4x4 tile",
-           file="04_w4a8/q8_0_2_blocked.cpp"),
+           file="04_w4a8/2_blocked.cpp"),
     Kernel("cpu_q8_0_q8_1_simd", "cpu", "q8_0", "q8_1", 4, "int8 SIMD dot products with the sign trick",
-           file="04_w4a8/q8_0_3_simd.cpp"),
+           file="04_w4a8/3_simd.cpp"),
 ]
 
 _CUDA = [
@@ -101,15 +103,15 @@ _CUDA = [
     Kernel("cuda_q4_0_q8_1_vec_dp4a", "cuda", "q4_0", "q8_1", 4, "tiles + __dp4a + 32/128-bit loads, 4 blocks per step",
            file="04_w4a8/5_vec_dp4a.cu"),
     Kernel("cuda_q8_0_q8_1_naive", "cuda", "q8_0", "q8_1", 4, "integer dot per block, no compensation",
-           file="04_w4a8/q8_0_1_naive.cu"),
+           file="04_w4a8/1_naive.cu"),
     Kernel("cuda_q8_0_q8_1_tiled", "cuda", "q8_0", "q8_1", 4, "shared-memory tiles of blocks",
-           file="04_w4a8/q8_0_2_tiled.cu"),
+           file="04_w4a8/2_tiled.cu"),
     Kernel("cuda_q8_0_q8_1_dp4a", "cuda", "q8_0", "q8_1", 4, "__dp4a on the stored int8 words",
-           file="04_w4a8/q8_0_3_dp4a.cu"),
+           file="04_w4a8/3_dp4a.cu"),
     Kernel("cuda_q8_0_q8_1_tiled_dp4a", "cuda", "q8_0", "q8_1", 4, "shared-memory tiles + __dp4a",
-           file="04_w4a8/q8_0_4_tiled_dp4a.cu"),
+           file="04_w4a8/4_tiled_dp4a.cu"),
     Kernel("cuda_q8_0_q8_1_vec_dp4a", "cuda", "q8_0", "q8_1", 4, "tiles + __dp4a + 32/128-bit loads, 4 blocks per step",
-           file="04_w4a8/q8_0_5_vec_dp4a.cu"),
+           file="04_w4a8/5_vec_dp4a.cu"),
     Kernel("cuda_q4_0_q8_1_decode_fused", "cuda", "q4_0", "q8_1", 6,
            "decode: 16-byte weight loads, every CTA quantizes the activations", fused_quant=True, min_sm=(8, 0),
            file="06_decode_tensor_cores/1_decode_fused.cu"),
@@ -136,17 +138,17 @@ _CUDA = [
            file="06_decode_tensor_cores/7_wgmma_ws.cu"),
     Kernel("cuda_q8_0_q8_1_decode", "cuda", "q8_0", "q8_1", 6,
            "decode: activations quantized once, copied by every CTA (PDL)", fused_quant=True, min_sm=(8, 0),
-           sum_x=True, file="06_decode_tensor_cores/q8_0_2_decode.cu"),
+           sum_x=True, file="06_decode_tensor_cores/2_decode.cu"),
     Kernel("cuda_q8_0_q8_1_mma", "cuda", "q8_0", "q8_1", 6,
            "int8 tensor cores, 128x128 tiles, weights unpacked once per CTA, ldmatrix", fused_quant=True,
-           min_sm=(8, 0), file="06_decode_tensor_cores/q8_0_4_mma.cu"),
+           min_sm=(8, 0), file="06_decode_tensor_cores/4_mma.cu"),
     Kernel("cuda_q8_0_q8_1_wgmma", "cuda", "q8_0", "q8_1", 6,
            "Hopper wgmma from shared memory, scaling overlapped with the next block, offset added by the tensor cores",
-           fused_quant=True, min_sm=(9, 0), max_sm=(9, 0), sum_x=True, file="06_decode_tensor_cores/q8_0_6_wgmma.cu"),
+           fused_quant=True, min_sm=(9, 0), max_sm=(9, 0), sum_x=True, file="06_decode_tensor_cores/6_wgmma.cu"),
     Kernel("cuda_q8_0_q8_1_wgmma_ws", "cuda", "q8_0", "q8_1", 6,
            "the wgmma step with a producer warpgroup (copies, unpacking) and two consumer warpgroups, mbarriers",
            fused_quant=True, min_sm=(9, 0), max_sm=(9, 0), sum_x=True,
-           file="06_decode_tensor_cores/q8_0_7_wgmma_ws.cu"),
+           file="06_decode_tensor_cores/7_wgmma_ws.cu"),
 ]
 
 KERNELS: dict[str, Kernel] = {k.name: k for k in sorted(_CPU + _CUDA, key=lambda k: k.chapter)}

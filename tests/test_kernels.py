@@ -1,12 +1,15 @@
 """Every registered kernel against the numpy reference of its formats, over ragged shapes and
 awkward values. Metric: NMSE (llama.cpp's), threshold testing.KERNEL_NMSE (its docstring says why).
 """
+import re
+
 import numpy as np
 import pytest
 import torch
 
 import quantgemm_kernels as qk
 from quantgemm_kernels import reference as R
+from quantgemm_kernels.registry import CSRC
 from quantgemm_kernels.testing import DISTRIBUTIONS, KERNEL_NMSE, SHAPES, check_kernel
 
 from conftest import HAS_CUDA, kernel_param
@@ -24,6 +27,30 @@ def test_registry_matches_compiled_table():
             assert k.name in built, k.name
     expected = {k.name for k in qk.KERNELS.values() if k.device == "cpu" or HAS_CUDA}
     assert built == expected
+
+
+LAUNCHER = re.compile(r"^void ((?:cpu|cuda)_\w+)\(const GemmProblem&", re.M)
+
+
+def test_every_step_file_is_a_kernel_source():
+    """Every .cpp under csrc/cpu and .cu under csrc/cuda in a chapter folder (``04_w4a8/``) is the
+    source of registered kernels, and it defines the launchers of exactly those kernels (one step
+    file per step, every weight format of the step in it). Not step files: the headers and the
+    quantizers at the device folder's root (cpu/quantize.cpp, cuda/quantize.cu)."""
+    by_file: dict = {}
+    for k in qk.KERNELS.values():
+        by_file.setdefault(k.source.resolve(), set()).add(k.name)
+    for device, ext in (("cpu", ".cpp"), ("cuda", ".cu")):
+        root = CSRC / device
+        assert not [f.name for f in root.glob("*" + ext) if f.stem != "quantize"], f"kernel files at {root}'s root"
+        step_files = sorted(f.resolve() for f in root.rglob("*" + ext) if f.parent != root)
+        assert step_files, root
+        for f in step_files:
+            assert re.fullmatch(r"\d\d_\w+", f.parent.name), f"{f}: not in a chapter folder (NN_topic)"
+            assert re.fullmatch(r"\d+_\w+", f.stem), f"{f}: a step file's name starts with its number"
+            assert f in by_file, f"{f} is no registered kernel's source"
+    for f, names in by_file.items():
+        assert set(LAUNCHER.findall(f.read_text())) == names, f"{f} should define the launchers of {sorted(names)}"
 
 
 def test_format_and_sum_x_tables_match_python():

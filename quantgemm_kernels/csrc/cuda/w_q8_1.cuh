@@ -31,8 +31,9 @@
 //                                       i = 3 mod 4, and the row itself starts at 36 * nb * n.
 // Wider loads need a layout we choose: a tile copied to shared memory (04_w4a8/5_vec_dp4a.cu).
 //
-// Every step file 04_w4a8/<n>_<step>.cu defines gpu::gemm_q8_1_<step><WF> and instantiates it for both
-// structs; q8_0_<n>_<step>.cu is the W8A8 launcher, one line. (Namespace gpu: the CPU side has its own
+// Every step file (04_w4a8/<n>_<step>.cu, and chapter 6's) defines gpu::gemm_q8_1_<step><WF>,
+// instantiates it for both structs and defines both launchers, cuda_q4_0_q8_1_<step> and
+// cuda_q8_0_q8_1_<step>. (Namespace gpu: the CPU side has its own
 // w_q4_0 and w_q8_0 in the same library.)
 #pragma once
 #include "common.cuh"

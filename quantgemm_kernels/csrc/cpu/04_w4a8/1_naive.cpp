@@ -7,8 +7,12 @@
 // and only then do the scales enter, once per block instead of once per element:
 //     block = d_w * (d_a * sumi - 8 * s_a)          (w_q8_1.h derives it: the compensation)
 // The nibbles are used as stored; the -8 of Q4_0 is paid once per block through the activation
-// sum s_a. The same loop serves W8A8 (Q8_0 weights, block = d_w * d_a * sumi): the weight format
-// is a template parameter and w_q8_1.h says what differs.
+// sum s_a.
+//
+// W8A8 (cpu_q8_0_q8_1_naive, below): the same loop with WF = w_q8_0; the weight format is a
+// template parameter and w_q8_1.h says what differs: the weight quants are signed int8 read as
+// stored, and a block contributes d_w * d_a * sumi: no offset, so no compensation and no use for
+// s_a.
 #include "w_q8_1.h"
 
 template <class WF>
@@ -37,6 +41,12 @@ void gemm_q8_1_naive(const GemmProblem& p, int m_begin, int m_end) {
 template void gemm_q8_1_naive<w_q4_0>(const GemmProblem&, int, int);
 template void gemm_q8_1_naive<w_q8_0>(const GemmProblem&, int, int);
 
+// [excerpt: launchers]
 void cpu_q4_0_q8_1_naive(const GemmProblem& p, int m_begin, int m_end) {
     gemm_q8_1_naive<w_q4_0>(p, m_begin, m_end);
 }
+
+void cpu_q8_0_q8_1_naive(const GemmProblem& p, int m_begin, int m_end) {
+    gemm_q8_1_naive<w_q8_0>(p, m_begin, m_end);
+}
+// [end excerpt: launchers]

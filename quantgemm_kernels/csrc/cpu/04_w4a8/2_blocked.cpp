@@ -12,6 +12,11 @@
 // the u8 x s8 dot-product instruction for Q4_0), but each block's sum still ends in a horizontal
 // add and scalar scaling; the SIMD step keeps the whole block in vector registers.
 // Edges (N or M not a multiple of the tile) use the same code with a smaller tile.
+//
+// W8A8 (cpu_q8_0_q8_1_blocked, below): the same tile with WF = w_q8_0. Unpacking a Q8_0 block into
+// the tile's int8 buffer is a plain copy (no nibbles to split), and a block contributes d_w * d_a *
+// sumi with no compensation (w_q8_1.h, struct w_q8_0). Each weight block is 34 bytes instead of 18,
+// so at N = 1 this kernel reads almost twice the memory of W4A8.
 #include "w_q8_1.h"
 
 namespace {
@@ -67,4 +72,8 @@ template void gemm_q8_1_blocked<w_q8_0>(const GemmProblem&, int, int);
 
 void cpu_q4_0_q8_1_blocked(const GemmProblem& p, int m_begin, int m_end) {
     gemm_q8_1_blocked<w_q4_0>(p, m_begin, m_end);
+}
+
+void cpu_q8_0_q8_1_blocked(const GemmProblem& p, int m_begin, int m_end) {
+    gemm_q8_1_blocked<w_q8_0>(p, m_begin, m_end);
 }

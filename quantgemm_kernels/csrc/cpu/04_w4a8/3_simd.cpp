@@ -11,8 +11,9 @@
 // Both x86 instructions take one operand unsigned and one signed. Q4_0 nibbles are unsigned
 // 0..15 and Q8_1 quants are signed: they fit as stored, which is why the compensation
 // d_w * (d_a * sumi - 8 * s_a) suits SIMD; subtracting 8 first would make both operands signed.
-// Q8_0 weights are signed, so W8A8 uses the usual trick, |w| * (a * sign(w)), before the same
-// instruction.
+// W8A8 (cpu_q8_0_q8_1_simd, below) is the same template with WF = w_q8_0 (simd_w<w_q8_0>), and Q8_0
+// weights are signed: the kernel feeds the instructions |w| as the unsigned operand and a * sign(w)
+// as the signed one (vpsignb), which leaves every product unchanged.
 //
 // Two more changes against the blocked kernel, both to keep work out of the block loop:
 //  * The 8 int32 lanes are not added up per block. They are converted to float, scaled by
@@ -170,4 +171,8 @@ template void gemm_q8_1_simd<w_q8_0>(const GemmProblem&, int, int);
 
 void cpu_q4_0_q8_1_simd(const GemmProblem& p, int m_begin, int m_end) {
     gemm_q8_1_simd<w_q4_0>(p, m_begin, m_end);
+}
+
+void cpu_q8_0_q8_1_simd(const GemmProblem& p, int m_begin, int m_end) {
+    gemm_q8_1_simd<w_q8_0>(p, m_begin, m_end);
 }

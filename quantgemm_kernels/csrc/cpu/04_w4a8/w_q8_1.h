@@ -12,8 +12,8 @@
 //         with s_a = d_a * sum_j q_a,j, the value a Q8_1 block stores next to d. That is why the
 //         activations are Q8_1 and not Q8_0: the 8 is never subtracted from a nibble.
 //
-// The kernels: <n>_<step>.cpp defines the template gemm_q8_1_<step> and instantiates it
-// for both structs; q8_0_<n>_<step>.cpp names the W8A8 instance.
+// The kernels: each step file <n>_<step>.cpp defines the template gemm_q8_1_<step>, instantiates
+// it for both structs and defines both launchers (cpu_q4_0_q8_1_<step>, cpu_q8_0_q8_1_<step>).
 #pragma once
 #include "../../gemm.h"
 

@@ -11,7 +11,9 @@
 // W, byte by byte; nothing is reused across threads), and one integer multiply-add per product
 // where the hardware can do four (__dp4a, 04_w4a8/3_dp4a.cu).
 //
-// W8A8 (04_w4a8/q8_0_1_naive.cu) is the same template with WF = w_q8_0.
+// W8A8 (cuda_q8_0_q8_1_naive, below): the same template with WF = w_q8_0. A block pair is 32 signed
+// products with no compensation: d_w * d_a * sumi (w_q8_1.cuh, w_q8_0). Each weight block is 34
+// bytes instead of 18: W8A8 reads almost twice the weight memory of W4A8.
 // Grid: x = ceil(M / 128) blocks of 128 threads (one per m), y = min(N, 65535), looping over n.
 #include "../w_q8_1.cuh"
 
@@ -59,4 +61,8 @@ template void gemm_q8_1_naive<w_q8_0>(const GemmProblem&, cudaStream_t);
 
 void cuda_q4_0_q8_1_naive(const GemmProblem& p, cudaStream_t stream) {
     gpu::gemm_q8_1_naive<gpu::w_q4_0>(p, stream);
+}
+
+void cuda_q8_0_q8_1_naive(const GemmProblem& p, cudaStream_t stream) {
+    gpu::gemm_q8_1_naive<gpu::w_q8_0>(p, stream);
 }

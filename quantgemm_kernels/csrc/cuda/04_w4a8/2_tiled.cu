@@ -1,7 +1,7 @@
 // cuda/04_w4a8/2_tiled.cu (chapter 4, W4A8): shared-memory tiles of blocks.
 //
-// What it teaches: the tiles of 01_fp32/2_tiled.cu and 03_w4a16/2_tiled.cu, holding blocks instead of floats. A
-// 32 x 32 thread block computes a 32 x 32 tile of C; one step along K is one block column: warp ty
+// What it teaches: the tiles of 01_fp32/2_tiled.cu and 03_w4a16/2_tiled.cu, holding blocks instead
+// of floats. A 32 x 32 thread block computes a 32 x 32 tile of C; one step along K is one block column: warp ty
 // copies block kb of activation row n0+ty (32 quants, d, s) and of weight row m0+ty (its raw
 // quant bytes and d) into shared memory, with the scales already converted to float. Then thread
 // (ty, tx) computes the integer dot of token row ty with weight row tx, exactly as the naive
@@ -20,7 +20,9 @@
 // Occupancy: __launch_bounds__(1024, 2) holds the kernel to 32 registers per thread so that two
 // 1024-thread blocks fit on an SM: while one waits at a barrier, the other computes.
 //
-// W8A8 (04_w4a8/q8_0_2_tiled.cu) is the same template with WF = w_q8_0.
+// W8A8 (cuda_q8_0_q8_1_tiled, below): the same template with WF = w_q8_0. The weight tile row holds
+// 32 signed quant bytes (36-byte pitch: 9 words, odd, no bank conflicts) instead of 16 bytes of
+// nibbles; no compensation.
 // Grid: x = ceil(M / 32), y = min(ceil(N / 32), 65535) looping over tiles of N; block 32 x 32.
 #include "../w_q8_1.cuh"
 
@@ -90,4 +92,8 @@ template void gemm_q8_1_tiled<w_q8_0>(const GemmProblem&, cudaStream_t);
 
 void cuda_q4_0_q8_1_tiled(const GemmProblem& p, cudaStream_t stream) {
     gpu::gemm_q8_1_tiled<gpu::w_q4_0>(p, stream);
+}
+
+void cuda_q8_0_q8_1_tiled(const GemmProblem& p, cudaStream_t stream) {
+    gpu::gemm_q8_1_tiled<gpu::w_q8_0>(p, stream);
 }

@@ -20,7 +20,9 @@
 // What it still lacks: the naive memory pattern (32 rows of W per warp, no reuse); tiles fix it in
 // 04_w4a8/4_tiled_dp4a.cu.
 //
-// W8A8 (04_w4a8/q8_0_3_dp4a.cu) is the same template with WF = w_q8_0.
+// W8A8 (cuda_q8_0_q8_1_dp4a, below): the same template with WF = w_q8_0. The 8 weight words are
+// used as loaded (two 16-bit loads each: Q8_0 quants sit at byte 2 of a 34-byte block), no nibble
+// masks; no compensation.
 // Grid: x = ceil(M / 128) blocks of 128 threads (one per m), y = min(N, 65535), looping over n.
 #include "../w_q8_1.cuh"
 
@@ -70,4 +72,8 @@ template void gemm_q8_1_dp4a<w_q8_0>(const GemmProblem&, cudaStream_t);
 
 void cuda_q4_0_q8_1_dp4a(const GemmProblem& p, cudaStream_t stream) {
     gpu::gemm_q8_1_dp4a<gpu::w_q4_0>(p, stream);
+}
+
+void cuda_q8_0_q8_1_dp4a(const GemmProblem& p, cudaStream_t stream) {
+    gpu::gemm_q8_1_dp4a<gpu::w_q8_0>(p, stream);
 }

@@ -17,7 +17,8 @@
 // 5 or 9: an odd number of 4-byte banks, so rows 0..31 start in 32 different banks and the
 // warp's reads never collide.
 //
-// W8A8 (04_w4a8/q8_0_4_tiled_dp4a.cu) is the same template with WF = w_q8_0.
+// W8A8 (cuda_q8_0_q8_1_tiled_dp4a, below): the same template with WF = w_q8_0. The weight tile row
+// is 8 words (9 with the bank padding) used as they are; no compensation.
 // Grid: x = ceil(M / 32), y = min(ceil(N / 32), 65535) looping over tiles of N; block 32 x 32.
 #include "../w_q8_1.cuh"
 
@@ -86,4 +87,8 @@ template void gemm_q8_1_tiled_dp4a<w_q8_0>(const GemmProblem&, cudaStream_t);
 
 void cuda_q4_0_q8_1_tiled_dp4a(const GemmProblem& p, cudaStream_t stream) {
     gpu::gemm_q8_1_tiled_dp4a<gpu::w_q4_0>(p, stream);
+}
+
+void cuda_q8_0_q8_1_tiled_dp4a(const GemmProblem& p, cudaStream_t stream) {
+    gpu::gemm_q8_1_tiled_dp4a<gpu::w_q8_0>(p, stream);
 }

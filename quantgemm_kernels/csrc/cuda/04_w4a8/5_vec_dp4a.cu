@@ -28,7 +28,9 @@
 // groups, so the reads never collide. The weight scales are stored [block][row] so that a warp
 // reads 32 consecutive floats.
 //
-// W8A8 (04_w4a8/q8_0_5_vec_dp4a.cu) is the same template with WF = w_q8_0.
+// W8A8 (cuda_q8_0_q8_1_vec_dp4a, below): the same template with WF = w_q8_0. A weight block is two
+// 16-byte vectors (Q4_0: one), the row pitch 9 vectors (odd), staged by all 32 lanes (Q4_0: 16); no
+// compensation.
 // Grid: x = ceil(M / 32), y = min(ceil(N / 32), 65535) looping over tiles of N; block 32 x 32.
 #include "../w_q8_1.cuh"
 
@@ -132,4 +134,8 @@ template void gemm_q8_1_vec_dp4a<w_q8_0>(const GemmProblem&, cudaStream_t);
 
 void cuda_q4_0_q8_1_vec_dp4a(const GemmProblem& p, cudaStream_t stream) {
     gpu::gemm_q8_1_vec_dp4a<gpu::w_q4_0>(p, stream);
+}
+
+void cuda_q8_0_q8_1_vec_dp4a(const GemmProblem& p, cudaStream_t stream) {
+    gpu::gemm_q8_1_vec_dp4a<gpu::w_q8_0>(p, stream);
 }

@@ -44,6 +44,9 @@
 // Passes: N is cut into passes of T <= 8 tokens (T a template parameter: the accumulators stay in
 // registers); K is cut into chunks when T tokens of Q8_1 would not fit in shared memory (later
 // chunks add to C, in order: still deterministic).
+//
+// W8A8 (cuda_q8_0_q8_1_decode, below): the same kernel with WF = w_q8_0: 8 blocks are 272 B = 17 x
+// 16 B, the quants need no unpacking and there is no compensation.
 #include <algorithm>
 
 #include "../w_q8_1.cuh"
@@ -451,3 +454,5 @@ template void gemm_q8_1_decode<w_q8_0, false>(const GemmProblem&, cudaStream_t);
 void cuda_q4_0_q8_1_decode(const GemmProblem& p, cudaStream_t stream) {
     gpu::gemm_q8_1_decode<gpu::w_q4_0, false>(p, stream);
 }
+
+void cuda_q8_0_q8_1_decode(const GemmProblem& p, cudaStream_t stream) { gpu::gemm_q8_1_decode<gpu::w_q8_0, false>(p, stream); }

@@ -32,6 +32,9 @@
 // the middle of the step with the copies at blocks 0, 1, 2 (0.253 ms). On the H200 of the recorded
 // comparison (ch6-comparison-152451): 0.272 (first step) -> 0.246 ms; weights kept packed in shared
 // memory (KEEP_PACKED, cuda_q4_0_q8_1_mma_packed: fewer passes, logic back in the loop) 0.271 ms.
+//
+// W8A8 (cuda_q8_0_q8_1_mma, below): the same kernel with WF = w_q8_0: 8 blocks are 272 B = 17 x 16
+// B, the quants need no unpacking and there is no compensation.
 #include "mma.cuh"
 
 namespace gpu {
@@ -239,3 +242,5 @@ template void gemm_q8_1_mma<w_q8_0, false>(const GemmProblem&, cudaStream_t);
 }  // namespace gpu
 
 void cuda_q4_0_q8_1_mma(const GemmProblem& p, cudaStream_t stream) { gpu::gemm_q8_1_mma<gpu::w_q4_0, false>(p, stream); }
+
+void cuda_q8_0_q8_1_mma(const GemmProblem& p, cudaStream_t stream) { gpu::gemm_q8_1_mma<gpu::w_q8_0, false>(p, stream); }

@@ -42,6 +42,9 @@
 // LDS.128), issue slots 51%: the scales' loads are what to shrink next.
 //
 // The arithmetic, and so every output bit, is the third step's (a test checks it against the mma step).
+//
+// W8A8 (cuda_q8_0_q8_1_wgmma_ws, below): the same kernel with WF = w_q8_0: its producer copies the
+// int8 quants into the core-matrix layout instead of unpacking nibbles.
 #include "wgmma.cuh"
 
 namespace gpu {
@@ -233,3 +236,5 @@ template void gemm_q8_1_wgmma_ws<w_q8_0>(const GemmProblem&, cudaStream_t);
 }  // namespace gpu
 
 void cuda_q4_0_q8_1_wgmma_ws(const GemmProblem& p, cudaStream_t stream) { gpu::gemm_q8_1_wgmma_ws<gpu::w_q4_0>(p, stream); }
+
+void cuda_q8_0_q8_1_wgmma_ws(const GemmProblem& p, cudaStream_t stream) { gpu::gemm_q8_1_wgmma_ws<gpu::w_q8_0>(p, stream); }
