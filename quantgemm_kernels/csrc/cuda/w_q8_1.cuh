@@ -92,10 +92,8 @@ template <class WF> void gemm_q8_1_tiled(const GemmProblem& p, cudaStream_t stre
 template <class WF> void gemm_q8_1_dp4a(const GemmProblem& p, cudaStream_t stream);
 template <class WF> void gemm_q8_1_tiled_dp4a(const GemmProblem& p, cudaStream_t stream);
 template <class WF> void gemm_q8_1_vec_dp4a(const GemmProblem& p, cudaStream_t stream);
-// Chapter 6: p.A is float32, quantized inside (QG_F32_AS_Q8_1).
-template <class WF, bool FUSED> void gemm_q8_1_decode(const GemmProblem& p, cudaStream_t stream);
-// KEEP_PACKED (Q4_0 only): weights stay packed in shared memory, unpacked at every fragment read.
-template <class WF, bool KEEP_PACKED> void gemm_q8_1_mma(const GemmProblem& p, cudaStream_t stream);
+// Chapter 6: p.A is float32, quantized inside (QG_F32_AS_Q8_1). The decode and mma steps are
+// templates on a second policy as well, in 06_decode_tensor_cores/decode.cuh and mma_tile.cuh.
 template <class WF> void gemm_q8_1_wgmma(const GemmProblem& p, cudaStream_t stream);
 template <class WF> void gemm_q8_1_wgmma_ws(const GemmProblem& p, cudaStream_t stream);
 

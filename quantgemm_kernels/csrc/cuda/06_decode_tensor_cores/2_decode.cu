@@ -1,324 +1,29 @@
-// cuda/06_decode_tensor_cores/2_decode.cu (chapter 6): the decode kernel. Few tokens (N <= 8 per pass), so the
-// GEMM is a matrix-vector product that reads every weight byte once and does about 3.6 operations
-// per byte (2 per weight, 18 bytes per 32 weights): the only thing that matters is streaming W at
-// the speed of HBM.
+// cuda/06_decode_tensor_cores/2_decode.cu (chapter 6): the decode kernel, activations quantized
+// once and copied by every CTA.
 //
-// What it teaches, against chapter 4's tiled kernels and llama.cpp's mul_mat_vec_q (MMVQ):
-//  * 16-byte loads of raw weight bytes. A Q4_0 block is 18 B, so no block is 16-byte aligned,
-//    but 8 blocks are 144 B = 9 x 16 B: when a row holds a multiple of 8 blocks (K % 256 == 0,
-//    every LLM layer), each run of 8 blocks (a "unit") starts 16-byte aligned and a lane loads it
-//    with 9 128-bit loads, then cuts the blocks out of registers at compile-time byte offsets
-//    (funnel shifts). MMVQ reads the same bytes with 16-bit loads (get_int_b2), 8x the load
-//    instructions, and the number of bytes in flight per SM is what sets a GEMV's bandwidth.
-//    Q8_0 is the same with 8 x 34 B = 17 x 16 B. Rows with K % 256 != 0 take a per-block path
-//    with 16-bit loads (correct everywhere, fast where it matters).
-//  * Activations quantized once, copied by every CTA. A small kernel (quantize_image_kernel)
-//    quantizes the N x K activations to llama.cpp's Q8_1 bytes (quantize_q8_1_thread, common.cuh)
-//    and writes them to a workspace in exactly the padded layout the decode kernel keeps in shared
-//    memory, so each CTA fills its shared memory with plain 16-byte cp.async copies. The decode
-//    kernel is launched with programmatic dependent launch (sm_90): it starts while the quantizer
-//    still runs, issues its first weight copies (weights do not depend on the quantizer), and only
-//    then waits for the quantizer's results (grid_dependency_wait). llama.cpp also runs a separate
-//    quantize_q8_1 kernel, but its MMVQ then reads the activations from global memory per block.
-//    The previous step of the ladder, kept as cuda_q4_0_q8_1_decode_fused, had every CTA quantize
-//    all N x K floats itself: 4x the bytes from L2 per CTA plus the quantizer's arithmetic, once
-//    per CTA, not overlapped with the weight stream; it cost more with every token (measured in
-//    chapter 6).
-//  * A layout for shared memory that keeps 32 lanes on 32 banks. Lane u works on unit u, so
-//    lanes read activation blocks 8 blocks (256 B) apart: without padding, all 32 lanes would
-//    hit the same bank. One 16-byte pad per unit shifts each lane by 4 banks (a 128-bit read is
-//    served 8 lanes at a time: 8 x 4 banks, no conflict); the (d, s) pairs get one pad per unit.
-//  * Coalesced loads, staged per warp. If each lane loaded its own 144-byte unit, one warp
-//    instruction would touch 32 addresses 144 B apart (36 cache lines: the L1 serves it in many
-//    passes, and the profiler showed L1 busy while HBM idled at a third of its bandwidth). Instead
-//    a warp copies a step of 32 units (4608 B) as 9 cp.async instructions of 512 consecutive
-//    bytes straight into its own ring of shared-memory buffers, and each lane then takes its unit
-//    from there. Two or three steps per warp are in flight while it computes on the oldest.
-//  * Warp w of the grid owns rows w, w + (all warps), ...; weights unpacked once per block and
-//    reused for every token; a butterfly shuffle per row sums the 32 lanes (fixed order:
-//    deterministic); a grid of at most 2 CTAs per SM, so the activations are quantized a few
-//    hundred times rather than once per row.
+// What it teaches: decode.cuh's weight stream, with the activations quantized once for all CTAs,
+// by a small kernel of their own (quantize_image_kernel: llama.cpp's Q8_1 bytes,
+// quantize_q8_1_thread in common.cuh), straight into a workspace laid out exactly as the decode
+// kernel keeps them in shared memory, so that each CTA fills its shared memory with plain 16-byte
+// cp.async copies (ImageActs). The decode kernel is launched with programmatic dependent launch
+// (sm_90): it starts while the quantizer still runs, issues its first weight copies (weights do
+// not depend on the quantizer), and only then waits for the quantizer's results
+// (grid_dependency_wait). llama.cpp also runs a separate quantize_q8_1 kernel, but its MMVQ then
+// reads the activations from global memory per block.
+// Why it is faster: the previous step (1_decode_fused.cu) had every CTA quantize all N x K floats
+// itself: 4x the bytes from L2 per CTA plus the quantizer's arithmetic, once per CTA, not
+// overlapped with the weight stream, a cost that grows with every token. Here a CTA copies 36
+// bytes per 32 values, behind its first weight copies.
+// What it still lacks: for N > 8 it makes passes of 8 tokens and reads the weights once per pass;
+// prefill needs tensor cores (3_mma_regstage.cu onwards).
 //
-// Needs sm_80 (cp.async); the registry's min_sm makes gemm() refuse older GPUs with a clear error.
-// The formula per block is MMVQ's: d_w * (d_a * sumi - 8 * s_a) with s_a from the Q8_1 block.
-// Passes: N is cut into passes of T <= 8 tokens (T a template parameter: the accumulators stay in
-// registers); K is cut into chunks when T tokens of Q8_1 would not fit in shared memory (later
-// chunks add to C, in order: still deterministic).
-//
-// W8A8 (cuda_q8_0_q8_1_decode, below): the same kernel with WF = w_q8_0: 8 blocks are 272 B = 17 x
-// 16 B, the quants need no unpacking and there is no compensation.
-#include <algorithm>
-
-#include "../w_q8_1.cuh"
+// W8A8 (cuda_q8_0_q8_1_decode, below): the same kernel with WF = w_q8_0: 8 blocks are 272 B =
+// 17 x 16 B, the quants need no unpacking and there is no compensation.
+// Grid: decode.cuh's, after the quantizer's: one thread per (token, unit, block of the unit), 64 per CTA.
+#include "decode.cuh"
 
 namespace gpu {
 namespace {
-constexpr int DEC_THREADS = 256;
-constexpr int DEC_WARPS = DEC_THREADS / 32;
-constexpr int UNIT = 8;                        // blocks per unit
-constexpr int MAX_T = 8;                       // tokens per pass
-// [excerpt: smem_layout]
-constexpr int A_UNIT_VECS = UNIT * QK / 16 + 1;  // int4 per unit of activation quants: 16 + 1 pad
-constexpr int A_UNIT_DS = UNIT + 1;              // float2 (d, s) per unit: 8 + 1 pad
-constexpr int SMEM_PER_TOKEN_UNIT = A_UNIT_VECS * 16 + A_UNIT_DS * 8;  // 344 bytes
-static_assert(A_UNIT_VECS == QG_DECODE_UNIT_VECS && A_UNIT_DS == QG_DECODE_UNIT_DS,
-              "gemm.h sizes the workspace with the same layout");
-
-// One token's (d, s) pairs take an even number of float2 (a whole number of 16-byte vectors), so
-// that every token row, in the workspace and in shared memory, can be copied with cp.async.
-__host__ __device__ constexpr int ds_pitch(int nu) { return (nu * A_UNIT_DS + 1) / 2 * 2; }
-// [end excerpt: smem_layout]
-
-// Activation block `kb` of token t in shared memory: its 32 quants as 8 words, and (d, s).
-struct ActSmem {
-    int4* qs;     // [T][nu][A_UNIT_VECS]
-    float2* ds;   // [T][ds_pitch(nu)]: unit u's pairs at u * A_UNIT_DS
-    int nu;       // units per row chunk
-    __device__ __forceinline__ void load(int t, int kb, int* a, float2& dsv) const {
-        const int u = kb / UNIT, i = kb % UNIT;
-        const int4* p = qs + ((size_t)t * nu + u) * A_UNIT_VECS + 2 * i;
-        const int4 lo = p[0], hi = p[1];
-        a[0] = lo.x; a[1] = lo.y; a[2] = lo.z; a[3] = lo.w;
-        a[4] = hi.x; a[5] = hi.y; a[6] = hi.z; a[7] = hi.w;
-        dsv = ds[(size_t)t * ds_pitch(nu) + u * A_UNIT_DS + i];
-    }
-};
-
-// One weight block (quants as words v, scale d_w) against T tokens' activation block kb.
-template <class WF, int T>
-__device__ __forceinline__ void block_times_tokens(const int* v, float d_w, const ActSmem& act, int kb,
-                                                   float* acc) {
-    int lo[4], hi[4];
-#pragma unroll
-    for (int i = 0; i < 4; i++) WF::words(v, i, lo[i], hi[i]);  // unpacked once, used T times
-#pragma unroll
-    for (int t = 0; t < T; t++) {
-        int a[8];
-        float2 ds;
-        act.load(t, kb, a, ds);
-        int sumi = 0;
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            sumi = __dp4a(lo[i], a[i], sumi);
-            sumi = __dp4a(hi[i], a[i + 4], sumi);
-        }
-        acc[t] += block_result<WF>(d_w, ds.x, ds.y, sumi);
-    }
-}
-
-template <class WF>
-struct Unit {  // 8 consecutive weight blocks of one row, as raw 32-bit words
-    static constexpr int BYTES = UNIT * (int)sizeof(typename WF::block);  // 144 (Q4_0) or 272 (Q8_0)
-    static constexpr int VECS = BYTES / 16;                                // 9 or 17
-    static_assert(BYTES % 16 == 0, "8 blocks are a whole number of 16-byte vectors");
-    uint32_t w[VECS * 4 + 1];  // +1: word_at may read one word past the last block's end
-
-    __device__ __forceinline__ void load_shared(const uint4* v) {
-#pragma unroll
-        for (int i = 0; i < VECS; i++) {
-            const uint4 x = v[i];
-            w[4 * i] = x.x; w[4 * i + 1] = x.y; w[4 * i + 2] = x.z; w[4 * i + 3] = x.w;
-        }
-        w[VECS * 4] = 0;
-    }
-    // [excerpt: unit_words]
-    // Block i of the unit: scale (fp16 bits at byte B*i) and quants (from byte B*i + 2) as words.
-    __device__ __forceinline__ void block(int i, int* v, float& d) const {
-        constexpr int B = (int)sizeof(typename WF::block);
-        const int off = B * i;
-        d = scale_to_float((fp16_bits)(w[off >> 2] >> (8 * (off & 3))));
-#pragma unroll
-        for (int j = 0; j < WF::qs_words; j++) v[j] = word_at(w, off + 2 + 4 * j);
-    // [end excerpt: unit_words]
-    }
-};
-
-// Shared memory of one launch: activation quants | activation (d, s) | one staging buffer per warp.
-// Steps in flight per warp: 3 where shared memory allows (Q4_0 steps, 2 <= T <= 4), else 2. One
-// token takes 2: a CTA then needs 93 KB for K = 14336 and two CTAs fit on an SM, 16 warps and 16
-// steps in flight, where 3 stages would leave room for one CTA (8 warps, 24 steps).
-__host__ __device__ constexpr int decode_stages(int T, int unit_vecs) {
-    return T >= 2 && T <= 4 && unit_vecs <= 9 ? 3 : 2;
-}
-
-struct DecodeSmem {
-    size_t act_qs, act_ds, stage, total;  // byte offsets, 16-byte aligned
-    __host__ __device__ DecodeSmem(int T, int nu, int unit_vecs, int stages) {
-        act_qs = 0;
-        act_ds = act_qs + (size_t)T * nu * A_UNIT_VECS * 16;
-        stage = act_ds + (size_t)T * ds_pitch(nu) * 8;
-        total = stage + (size_t)DEC_WARPS * stages * 32 * unit_vecs * 16;
-    }
-};
-
-// Where a launch finds its tokens' activations. FUSED (the previous step of the ladder): float32
-// rows A[t * K ...], quantized by every CTA. Otherwise: the workspace image written by
-// quantize_image_kernel, token t's units at qs[t * nu_total ...] and pairs at ds[t * ds_pitch(nu_total)].
-struct ActSource {
-    const float* A;     // FUSED: tokens' float32 rows
-    const int4* qs;     // image: quants, A_UNIT_VECS per unit
-    const float2* ds;   // image: (d, s) pairs
-    int nu_total;       // image: units per token row (the whole K)
-};
-
-template <class WF, int T, bool FUSED>
-// Q4_0: 2 CTAs per SM (at most 128 registers); Q8_0 units are twice as wide and need more.
-__global__ void __launch_bounds__(DEC_THREADS, WF::offset == 8 ? 2 : 1)
-decode_kernel(ActSource src, const typename WF::block* __restrict__ W, float* __restrict__ C,
-              int M, int K, int nb_total, int kb0, int nb, bool accumulate) {
-    // This launch: T tokens (src), blocks [kb0, kb0 + nb) of every weight row (rows are nb_total
-    // blocks long), C rows [0 .. T) (M floats each), added to C if accumulate.
-    // Warp w of the grid owns rows w, w + (all warps), ...; a row is read in steps of 32 units.
-    constexpr int VECS = Unit<WF>::VECS;        // 16-byte vectors per unit: 9 (Q4_0), 17 (Q8_0)
-    constexpr int STEP_VECS = 32 * VECS;        // one step: 32 units, one per lane
-    constexpr int STAGES = decode_stages(T, VECS);
-    extern __shared__ int4 smem[];
-    const int nu = (nb + UNIT - 1) / UNIT;
-    const DecodeSmem lay(T, nu, VECS, STAGES);
-    char* base = (char*)smem;
-    const ActSmem act{(int4*)(base + lay.act_qs), (float2*)(base + lay.act_ds), nu};
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    uint4* ring = (uint4*)(base + lay.stage) + warp * STAGES * STEP_VECS;  // this warp's STAGES steps
-    const int warps_total = gridDim.x * DEC_WARPS;
-    const int warp_global = blockIdx.x * DEC_WARPS + warp;
-    const bool units = nb_total % UNIT == 0 && kb0 % UNIT == 0;  // every unit 16-byte aligned
-    const int steps_per_row = (nu + 31) / 32;
-    const int rows_mine = warp_global < M ? (M - 1 - warp_global) / warps_total + 1 : 0;
-    const int items = rows_mine * steps_per_row;  // item i: row warp_global + (i / steps) * warps_total
-
-    // Item i (a step of 32 units of one row) goes to ring slot i % STAGES with cp.async: the warp
-    // copies 512 consecutive bytes per instruction (coalesced) straight into shared memory, where
-    // lane u later finds its unit's VECS vectors back to back. STAGES - 1 items stay in flight
-    // while the warp computes on the oldest; one commit group per item, empty past the end, so
-    // that wait_group<STAGES - 1> always means "the oldest item has landed".
-    // [excerpt: issue]
-    auto issue = [&](int i) {
-        if (units && i < items) {
-            const int r = warp_global + (i / steps_per_row) * warps_total, st = i % steps_per_row;
-            const uint4* src = (const uint4*)(W + (int64_t)r * nb_total + kb0) + (int64_t)st * STEP_VECS;
-            uint4* dst = ring + (i % STAGES) * STEP_VECS;
-            const int count = min(32, nu - 32 * st) * VECS;
-#pragma unroll
-            for (int v = 0; v < VECS; v++)
-                if (lane + 32 * v < count) cp_async16(dst + lane + 32 * v, src + lane + 32 * v);
-        }
-        cp_async_commit();
-    // [end excerpt: issue]
-    };
-#pragma unroll
-    // [excerpt: pipeline]
-    for (int i = 0; i < STAGES - 1; i++) issue(i);  // in flight while the activations arrive
-
-    if constexpr (!FUSED) {
-        // The activations: wait for the quantizer (launched just before, programmatic dependent
-        // launch), then copy T token rows of the image, as they will sit in shared memory. Row
-        // chunks start at an even unit (the launcher's chunks are), so every copy is 16-byte aligned.
-        grid_dependency_wait();
-        const int u0 = kb0 / UNIT, qv = nu * A_UNIT_VECS, dv = ds_pitch(nu) / 2;
-        for (int c = threadIdx.x; c < T * qv; c += DEC_THREADS) {
-            const int t = c / qv, j = c % qv;
-            cp_async16(act.qs + c, src.qs + ((size_t)t * src.nu_total + u0) * A_UNIT_VECS + j);
-        }
-        const size_t g_pitch = ds_pitch(src.nu_total);
-        for (int c = threadIdx.x; c < T * dv; c += DEC_THREADS) {
-            const int t = c / dv, j = c % dv;
-            cp_async16((int4*)act.ds + c, (const int4*)(src.ds + t * g_pitch + (size_t)u0 * A_UNIT_DS) + j);
-        }
-        cp_async_commit();
-        cp_async_wait_all();  // (the weight steps issued above land too: they were issued first)
-    // [end excerpt: pipeline]
-    } else {
-        // Quantize the activations into shared memory: one thread per 32-value block, two blocks
-        // per round so that 16 independent 16-byte loads per thread are in flight (a warp per
-        // block, one block at a time, waited on L2 once per block: 8x slower at N = 8, measured).
-        const float* A = src.A;
-        for (int b0 = threadIdx.x; b0 < T * nb; b0 += 2 * DEC_THREADS) {
-            float x[2][QK];
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int b = b0 + h * DEC_THREADS;
-                if (b < T * nb) {
-                    const float4* in = (const float4*)(A + (int64_t)(b / nb) * K + (int64_t)(kb0 + b % nb) * QK);
-#pragma unroll
-                    for (int j = 0; j < QK / 4; j++) {
-                        const float4 v = in[j];
-                        x[h][4 * j] = v.x; x[h][4 * j + 1] = v.y; x[h][4 * j + 2] = v.z; x[h][4 * j + 3] = v.w;
-                    }
-                }
-            }
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int b = b0 + h * DEC_THREADS;
-                if (b >= T * nb) break;
-                const int t = b / nb, kb = b % nb;
-                int qw[8];
-                fp16_bits d16, s16;
-                quantize_q8_1_thread(x[h], qw, d16, s16);
-                int4* dst = act.qs + ((size_t)t * nu + kb / UNIT) * A_UNIT_VECS + 2 * (kb % UNIT);
-                dst[0] = make_int4(qw[0], qw[1], qw[2], qw[3]);
-                dst[1] = make_int4(qw[4], qw[5], qw[6], qw[7]);
-                act.ds[(size_t)t * ds_pitch(nu) + (kb / UNIT) * A_UNIT_DS + kb % UNIT] =
-                    make_float2(scale_to_float(d16), scale_to_float(s16));
-            }
-        }
-    }
-    __syncthreads();
-
-    float acc[T];
-#pragma unroll
-    for (int t = 0; t < T; t++) acc[t] = 0.0f;
-    // [excerpt: finish_row]
-    auto finish_row = [&](int r) {  // butterfly sum over the warp (fixed order), lane 0 writes
-#pragma unroll
-        for (int t = 0; t < T; t++) {
-            for (int off = 16; off > 0; off >>= 1) acc[t] += __shfl_xor_sync(QG_FULL_MASK, acc[t], off);
-            if (lane == 0) {
-                float* c = C + (int64_t)t * M + r;
-                *c = accumulate ? *c + acc[t] : acc[t];
-            }
-            acc[t] = 0.0f;
-    // [end excerpt: finish_row]
-        }
-    };
-
-    if (!units) {  // rows not 16-byte aligned in units: block by block, 16-bit loads
-        for (int row = warp_global; row < M; row += warps_total) {
-            const typename WF::block* w_row = W + (int64_t)row * nb_total + kb0;
-            for (int kb = lane; kb < nb; kb += 32) {
-                int v[WF::qs_words];
-#pragma unroll
-                for (int j = 0; j < WF::qs_words; j++) v[j] = load_int_b2(w_row[kb].qs, j);
-                block_times_tokens<WF, T>(v, scale_to_float(w_row[kb].d), act, kb, acc);
-            }
-            finish_row(row);
-        }
-        return;
-    }
-
-    // [excerpt: consume]
-    for (int i = 0; i < items; i++) {
-        issue(i + STAGES - 1);       // into the slot computed on in iteration i - 1
-        cp_async_wait<STAGES - 1>();  // this lane's copies of item i have landed...
-        __syncwarp();                // ...and every other lane's
-        const int st = i % steps_per_row, u = 32 * st + lane;
-        if (u < nu) {
-            Unit<WF> cur;
-            cur.load_shared(ring + (i % STAGES) * STEP_VECS + lane * VECS);
-    // [end excerpt: consume]
-#pragma unroll
-            for (int b = 0; b < UNIT; b++) {
-                int v[WF::qs_words];
-                float d_w;
-                cur.block(b, v, d_w);
-                block_times_tokens<WF, T>(v, d_w, act, UNIT * u + b, acc);
-            }
-        }
-        if (st == steps_per_row - 1) finish_row(warp_global + (i / steps_per_row) * warps_total);
-        __syncwarp();  // every lane is done with slot i % STAGES before it is refilled
-    }
-}
-
-// ---------------------------------------------------------------- the activation image
 // One thread per (token, unit, block of the unit): quantizes its 32 values to llama.cpp's Q8_1
 // bytes, those of the reference quantizer (s = d * sum(q)) or, in the sum_x mode, those of
 // ggml-cuda's quantize_q8_1 (s = sum(x), which MMVQ reads) (or writes zeros for the blocks past K in a row's last unit) into the layout
@@ -360,99 +65,45 @@ __global__ void quantize_image_kernel(const float* __restrict__ A, int4* __restr
     }
 }
 
-// ---------------------------------------------------------------- launchers
-struct DeviceInfo { int sms = 0, smem_optin = 0, major = 0; };
-const DeviceInfo& device_info() {  // looked up once per device, not per call
-    static DeviceInfo info[64];
-    int dev = 0;
-    cudaGetDevice(&dev);
-    DeviceInfo& d = info[dev % 64];
-    if (d.sms == 0) {
-        cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-        cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, dev);
-        cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev);
+// The activations of a launch: the quantizer's image, copied into shared memory.
+struct ImageActs {
+    static constexpr bool PDL = true;  // the decode kernel may start while the quantizer finishes
+    template <int T>
+    __device__ __forceinline__ static void stage(const ActSource& src, const ActSmem& act, int K, int kb0, int nb,
+                                                 int nu) {
+        // [excerpt: image_copy]
+        // The activations: wait for the quantizer (launched just before, programmatic dependent
+        // launch), then copy T token rows of the image, as they will sit in shared memory. Row
+        // chunks start at an even unit (the launcher's chunks are), so every copy is 16-byte aligned.
+        grid_dependency_wait();
+        const int u0 = kb0 / UNIT, qv = nu * A_UNIT_VECS, dv = ds_pitch(nu) / 2;
+        for (int c = threadIdx.x; c < T * qv; c += DEC_THREADS) {
+            const int t = c / qv, j = c % qv;
+            cp_async16(act.qs + c, src.qs + ((size_t)t * src.nu_total + u0) * A_UNIT_VECS + j);
+        }
+        const size_t g_pitch = ds_pitch(src.nu_total);
+        for (int c = threadIdx.x; c < T * dv; c += DEC_THREADS) {
+            const int t = c / dv, j = c % dv;
+            cp_async16((int4*)act.ds + c, (const int4*)(src.ds + t * g_pitch + (size_t)u0 * A_UNIT_DS) + j);
+        }
+        cp_async_commit();
+        cp_async_wait_all();  // (the weight steps issued above land too: they were issued first)
+        // [end excerpt: image_copy]
     }
-    return d;
-}
-
-template <class WF, int T, bool FUSED>
-void launch_pass(const ActSource& src, const typename WF::block* W, float* C, int M, int K, int nb_total, int kb0,
-                 int nb, bool accumulate, cudaStream_t stream) {
-    const int nu = (nb + UNIT - 1) / UNIT;
-    const size_t smem = DecodeSmem(T, nu, Unit<WF>::VECS, decode_stages(T, Unit<WF>::VECS)).total;
-    auto kernel = decode_kernel<WF, T, FUSED>;
-    if (smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    int dev = 0;
-    cudaGetDevice(&dev);
-    static int per_sm_cache[8][256] = {};  // CTAs per SM, by device and units per row: a grid-size hint
-    int& per_sm = per_sm_cache[dev % 8][nu % 256];
-    if (per_sm == 0) {
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, DEC_THREADS, smem);
-        per_sm = std::max(per_sm, 1);
-    }
-    // A few CTAs per SM, their warps looping over rows: enough warps to keep HBM busy, few enough
-    // CTAs that the activations are not copied (or quantized) again for every 8 rows.
-    const int warps_needed = (M + DEC_WARPS - 1) / DEC_WARPS;
-    const int ctas = std::max(1, std::min(warps_needed, device_info().sms * std::min(per_sm, 2)));
-    // [excerpt: pdl_launch]
-    const bool pdl = !FUSED && device_info().major >= 9;  // PDL: sm_90 and later
-    launch_maybe_pdl(kernel, dim3(ctas), dim3(DEC_THREADS), smem, stream, pdl, src, W, C, M, K, nb_total, kb0, nb,
-                     accumulate);
-    // [end excerpt: pdl_launch]
-}
-template <class WF, bool FUSED>
-void launch_tokens(int T, const ActSource& src, const typename WF::block* W, float* C, int M, int K, int nb_total,
-                   int kb0, int nb, bool accumulate, cudaStream_t stream) {
-    switch (T) {
-        case 1: launch_pass<WF, 1, FUSED>(src, W, C, M, K, nb_total, kb0, nb, accumulate, stream); break;
-        case 2: launch_pass<WF, 2, FUSED>(src, W, C, M, K, nb_total, kb0, nb, accumulate, stream); break;
-        case 3: launch_pass<WF, 3, FUSED>(src, W, C, M, K, nb_total, kb0, nb, accumulate, stream); break;
-        case 4: launch_pass<WF, 4, FUSED>(src, W, C, M, K, nb_total, kb0, nb, accumulate, stream); break;
-        case 5: launch_pass<WF, 5, FUSED>(src, W, C, M, K, nb_total, kb0, nb, accumulate, stream); break;
-        case 6: launch_pass<WF, 6, FUSED>(src, W, C, M, K, nb_total, kb0, nb, accumulate, stream); break;
-        case 7: launch_pass<WF, 7, FUSED>(src, W, C, M, K, nb_total, kb0, nb, accumulate, stream); break;
-        default: launch_pass<WF, 8, FUSED>(src, W, C, M, K, nb_total, kb0, nb, accumulate, stream); break;
-    }
-}
-}  // namespace
-
-// A is float32 [N, K] (p.A); W is WF blocks [M, K/32]; p.workspace holds the activation image
-// (gemm.h: act_workspace_bytes) unless FUSED.
-template <class WF, bool FUSED>
-void gemm_q8_1_decode(const GemmProblem& p, cudaStream_t stream) {
-    const int nb_total = p.K / QK, nu_total = (nb_total + UNIT - 1) / UNIT;
-    // K chunk: as many whole units as fit in shared memory for a full pass of MAX_T tokens; an
-    // even number, so that every chunk's (d, s) pairs start 16-byte aligned.
-    const int budget = device_info().smem_optin -
-                       (int)DecodeSmem(0, 0, Unit<WF>::VECS, decode_stages(MAX_T, Unit<WF>::VECS)).total - 16 - 8 * MAX_T;
-    const int chunk_units = std::max(2, budget / (MAX_T * SMEM_PER_TOKEN_UNIT) / 2 * 2);
-    const int chunk = std::min(nb_total, chunk_units * UNIT);
-    const float* A = (const float*)p.A;
-    int4* img_qs = (int4*)p.workspace;
-    float2* img_ds = (float2*)(img_qs + (size_t)p.N * nu_total * A_UNIT_VECS);
-    if (!FUSED) {
+    static void prepare(const GemmProblem& p, int4* img_qs, float2* img_ds, int nb_total, int nu_total,
+                        cudaStream_t stream) {
         const int64_t threads = (int64_t)p.N * nu_total * UNIT;
-        quantize_image_kernel<<<(unsigned)((threads + 63) / 64), 64, 0, stream>>>(A, img_qs, img_ds, p.N, nb_total,
-                                                                                 nu_total, p.q8_1_sum_mode);
+        quantize_image_kernel<<<(unsigned)((threads + 63) / 64), 64, 0, stream>>>((const float*)p.A, img_qs, img_ds, p.N,
+                                                                                 nb_total, nu_total, p.q8_1_sum_mode);
     }
-    for (int n0 = 0; n0 < p.N; n0 += MAX_T) {
-        const int T = std::min(MAX_T, p.N - n0);
-        const ActSource src{A + (int64_t)n0 * p.K, img_qs + (size_t)n0 * nu_total * A_UNIT_VECS,
-                            img_ds + (size_t)n0 * ds_pitch(nu_total), nu_total};
-        for (int kb0 = 0; kb0 < nb_total; kb0 += chunk)
-            launch_tokens<WF, FUSED>(T, src, (const typename WF::block*)p.W, p.C + (int64_t)n0 * p.M, p.M, p.K,
-                                     nb_total, kb0, std::min(chunk, nb_total - kb0), kb0 > 0, stream);
-    }
-}
-
-template void gemm_q8_1_decode<w_q4_0, false>(const GemmProblem&, cudaStream_t);
-template void gemm_q8_1_decode<w_q4_0, true>(const GemmProblem&, cudaStream_t);
-template void gemm_q8_1_decode<w_q8_0, false>(const GemmProblem&, cudaStream_t);
-
+};
+}  // namespace
 }  // namespace gpu
 
 void cuda_q4_0_q8_1_decode(const GemmProblem& p, cudaStream_t stream) {
-    gpu::gemm_q8_1_decode<gpu::w_q4_0, false>(p, stream);
+    gpu::gemm_q8_1_decode<gpu::w_q4_0, gpu::ImageActs>(p, stream);
 }
 
-void cuda_q8_0_q8_1_decode(const GemmProblem& p, cudaStream_t stream) { gpu::gemm_q8_1_decode<gpu::w_q8_0, false>(p, stream); }
+void cuda_q8_0_q8_1_decode(const GemmProblem& p, cudaStream_t stream) {
+    gpu::gemm_q8_1_decode<gpu::w_q8_0, gpu::ImageActs>(p, stream);
+}

@@ -1,0 +1,199 @@
+// cuda/06_decode_tensor_cores/mma_tile.cuh (chapter 6): the kernel the mma steps 4_mma.cu and
+// 5_mma_packed.cu share, a template on how the weights sit in shared memory (WL, below): 128 x 128
+// CTA tiles of int8 mma.sync m16n8k32 (mma.cuh: the signed-nibble formula, the magic-number
+// conversion), 8 warps of 64 x 32 outputs, K in steps of 8 blocks, double-buffered.
+//  * Every thread stages: all copies are cp.async, issued during a K step for the next one, one
+//    kind at a time (blocks 0, 2, 4: the copy queue is short). Weights: the 144 (Q4_0) or 272
+//    (Q8_0) bytes of 8 blocks of a row, as two halves of 5 or 9 chunks of 16 B, into a raw buffer
+//    laid out [half][chunk][row] so that a warp's 32 copies (32 rows) hit distinct banks;
+//    activation quants 16 B; scales 4 B. At the step's end each thread stores the half row that it
+//    copied itself into the tile, in the layout's form (no barrier between its copy and its read),
+//    and one barrier per step hands the tile to all warps. The K tail (K % 256 != 0) is
+//    zero-filled by the copies (cp.async with src-size 0); weights whose rows are not 16-byte
+//    aligned then are read block by block with 16-bit loads (correct, slower).
+//  * Activation fragments come by ldmatrix: one ldmatrix.x4 is the B of two mmas (two groups of 8
+//    tokens). Weight scales sit in an order where a lane's four (rows g, g + 8 of two 16-row tiles)
+//    are one 16-byte load. Of the activation's (d, c) pairs only d is copied, [block][token], so
+//    columns 2t, 2t + 1 are one 8-byte load; c is one FMUL (-12582912 * d, exact) shared by the 4
+//    row tiles. Shared memory serves 128 bytes per cycle, and a 16-byte load of 32 lanes takes 4 of
+//    those passes even when 8 lanes share an address: loading c too would cost more than the FMUL.
+//  * The 8 blocks of a step are unrolled: every shared-memory offset is a constant.
+//
+// Shared memory: two tiles (weights in the layout's form, activation quants, both scales) and the
+// raw weight buffer. Registers: one CTA per SM (__launch_bounds__(256, 1)).
+// Grid: x = ceil(M / 128), y = ceil(N / 128) (slices of at most 65535 token tiles); 256 threads.
+#pragma once
+#include "mma.cuh"
+
+namespace gpu {
+namespace {
+constexpr int BM = 128, BN = 128;  // CTA tile: weight rows x tokens
+constexpr int KB = 8;              // blocks per K step (whole 16-byte chunks of Q4_0 and Q8_0 rows)
+constexpr int WM = 64, WN = 32;    // warp tile
+constexpr int THREADS = 256;
+constexpr int MT = WM / 16, NT = WN / 8;  // mma tiles per warp
+static_assert((BM / WM) * (BN / WN) * 32 == THREADS, "the warps cover the CTA tile");
+constexpr int PARTS = THREADS / BM;  // threads that stage one weight row, a part of KB / PARTS blocks each
+static_assert(KB % PARTS == 0 && BM % 32 == 0, "parts of whole blocks, one part per warp");
+constexpr int AD_PITCH = BN + 4;   // floats per block row of activation scales; +4: the copies' 8 blocks hit 8 bank groups
+constexpr int ROW = KB * QK + 16;  // bytes per row of int8 values; +16: the 8 rows of an ldmatrix hit 8 bank groups
+
+template <class WF>
+using Raw = RawPart<WF, KB, PARTS>;  // mma.cuh: the raw layout and unpacking this step shares with wgmma
+
+// The weights' layout in the tile is the step's (WL: 4_mma.cu's Unpacked, 5_mma_packed.cu's Packed):
+//   WL::w_row<WF>()                       bytes per weight row of the tile
+//   WL::store_block<WF>(tile, r, b, d, q)  block b of row r (scale d, quant words q) into the tile
+//   WL::load_a<WF>(af, cur, ...)           the mma A fragments of block b for this warp's 4 row tiles
+template <class WF, class WL>
+struct Tile {  // one K step in shared memory
+    static constexpr int W_ROW = WL::template w_row<WF>();
+    uint8_t w[BM][W_ROW];    // weights, as the layout keeps them
+    uint8_t a[BN][ROW];      // activation quants [token][block * 32 + k]
+    float wd[KB][BM];        // weight scales (Q4_0: divided by 16), rows in wd_slot order
+    float ad[KB][AD_PITCH];  // activation scales d [block][token] (c = -MMA_MAGIC_F * d is one FMUL away)
+};
+
+// Where row r's scale goes in wd[b]: a warp's 64 rows as [tile pair][g][tile in pair][g or g + 8],
+// so that lane g reads rows g and g + 8 of two 16-row tiles in one float4.
+__device__ __forceinline__ int wd_slot(int r) {
+    const int rr = r % WM, i = rr / 16, h = (rr % 16) / 8, g = rr % 8;
+    return r - rr + (i / 2) * 32 + g * 4 + (i % 2) * 2 + h;
+}
+
+template <class WF, class WL>
+__global__ void __launch_bounds__(THREADS, 1)
+mma_kernel(const int8_t* __restrict__ aq, const float2* __restrict__ ads, const typename WF::block* __restrict__ W,
+           float* __restrict__ C, int N, int M, int K) {
+    using RP = Raw<WF>;
+    extern __shared__ int4 smem_raw[];
+    Tile<WF, WL>* tiles = (Tile<WF, WL>*)smem_raw;                                   // [2]
+    uint4(*raw)[RP::CHUNKS][BM] = (uint4(*)[RP::CHUNKS][BM])(tiles + 2);  // [PARTS][CHUNKS][BM]: lanes = rows
+    const int nb = K / QK;
+    const int steps = (nb + KB - 1) / KB;
+    const bool aligned = nb % KB == 0;  // weight rows' K steps start 16-byte aligned: cp.async
+    const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const int g = lane / 4, t = lane % 4;
+    const int wm = (warp % (BM / WM)) * WM, wn = (warp / (BM / WM)) * WN;  // this warp's tile
+
+    // ---- staging, three kinds of cp.async issued at three points of a K step (not all at once:
+    // the copy queue is short). Weights: thread tid copies and unpacks part wp (warp-uniform) of row wr.
+    const int wr = tid % BM, wp = tid / BM;
+    const typename WF::block* wrow = W + (int64_t)min(m0 + wr, M - 1) * nb;  // rows past M repeat the last
+    auto copy_weights = [&](int s) {
+        if (!aligned) return;
+        const int4* src = (const int4*)(wrow + s * KB) + RP::first_chunk(wp);
+#pragma unroll
+        for (int c = 0; c < RP::CHUNKS; c++) cp_async16(&raw[wp][c][wr], src + c);
+    };
+    auto copy_quants = [&](Tile<WF, WL>& tile, int s) {  // BN rows x 16 chunks: chunk tid % 16 of rows tid / 16 + 16 k
+        const int kb0 = s * KB, j = tid % 16;
+        const bool valid = kb0 + j / 2 < nb;
+        const int8_t* src = aq + (int64_t)kb0 * QK + 16 * j;
+#pragma unroll
+        for (int k = 0; k < BN * 16 / THREADS; k++) {
+            const int r = tid / 16 + (THREADS / 16) * k;
+            cp_async16_zfill(&tile.a[r][16 * j], src + (int64_t)min(n0 + r, N - 1) * K, valid);
+        }
+    };
+    auto copy_scales = [&](Tile<WF, WL>& tile, int s) {  // BN rows x KB scales d (4 B of each pair), into [block][token]
+        const int b = tid % KB;
+        const bool valid = s * KB + b < nb;
+        const float* src = (const float*)(ads + (valid ? s * KB + b : 0));
+#pragma unroll
+        for (int k = 0; k < BN * KB / THREADS; k++) {
+            const int r = tid / KB + (THREADS / KB) * k;
+            cp_async4_zfill(&tile.ad[b][r], src + 2 * (int64_t)min(n0 + r, N - 1) * nb, valid);
+        }
+        cp_async_commit();
+    };
+    auto unpack_step = [&](Tile<WF, WL>& tile, int s) {  // this thread's part row, after its copies landed
+        mma_unpack_weights<WF, KB, PARTS>([&](int part, int c) { return raw[part][c][wr]; }, wrow, wp, s, nb, aligned,
+                                          [&](int b, float d, const uint32_t* q) { WL::template store_block<WF>(tile, wr, b, d, q); });
+    };
+
+    float acc[MT][NT][4] = {};
+
+    // ldmatrix row addresses. A (weights), per 16-row tile: lanes 0-7 rows 0-7, 8-15 rows 8-15 at
+    // k 0..15; lanes 16-31 the same rows at k 16..31 -> registers a0 a1 a2 a3 of the mma.
+    // B (tokens), per two 8-token tiles: lanes 0-7 tokens 0-7 at k 0..15, 8-15 the same at k 16..31,
+    // 16-31 tokens 8-15 -> b0 b1 of the first tile, b0 b1 of the second.
+    const unsigned a_addr = (unsigned)__cvta_generic_to_shared(&tiles[0].w[wm + lane % 16][16 * (lane / 16)]);
+    const unsigned b_addr = (unsigned)__cvta_generic_to_shared(&tiles[0].a[wn + lane % 8 + 8 * (lane / 16)][16 * ((lane / 8) % 2)]);
+
+    copy_weights(0);
+    copy_quants(tiles[0], 0);
+    copy_scales(tiles[0], 0);
+    cp_async_wait_all();
+    unpack_step(tiles[0], 0);
+    __syncthreads();
+
+    for (int s = 0; s < steps; s++) {
+        const Tile<WF, WL>& cur = tiles[s & 1];
+        Tile<WF, WL>& nxt = tiles[(s + 1) & 1];
+        const unsigned stage = (unsigned)((s & 1) * sizeof(Tile<WF, WL>));
+        const bool next = s + 1 < steps;
+#pragma unroll
+        for (int b = 0; b < KB; b++) {
+            if (next) {  // the next step's copies, in flight while the tensor cores work
+                if (b == 0) copy_weights(s + 1);
+                if (b == 2) copy_quants(nxt, s + 1);
+                if (b == 4) copy_scales(nxt, s + 1);
+            }
+            int af[MT][4], bf[NT][2];
+            float dw[MT][2];
+            float2 da[NT];  // d of columns 2t and 2t + 1
+            WL::template load_a<WF>(af, cur, a_addr, stage, b, wm, g, t);  // the weights: the step's layout
+#pragma unroll
+            for (int j = 0; j < NT; j += 2) {
+                int r[4];
+                ldsm_x4(r, b_addr + stage + j * 8 * ROW + b * QK);
+                bf[j][0] = r[0]; bf[j][1] = r[1]; bf[j + 1][0] = r[2]; bf[j + 1][1] = r[3];
+            }
+#pragma unroll
+            for (int i = 0; i < MT; i += 2) {
+                const float4 v = *(const float4*)&cur.wd[b][wm + 16 * i + 4 * g];
+                dw[i][0] = v.x; dw[i][1] = v.y; dw[i + 1][0] = v.z; dw[i + 1][1] = v.w;
+            }
+#pragma unroll
+            for (int j = 0; j < NT; j++) da[j] = *(const float2*)&cur.ad[b][wn + 8 * j + 2 * t];
+#pragma unroll
+            for (int i = 0; i < MT; i++)
+#pragma unroll
+                for (int j = 0; j < NT; j++) {
+                    int d[4];
+                    mma_s8(d, af[i], bf[j], (int)MMA_MAGIC);
+#pragma unroll
+                    for (int r = 0; r < 4; r++) {  // d[r]: row g (+8 for r >= 2), column 2t (+1 for odd r)
+                        const float d_a = (r & 1) ? da[j].y : da[j].x;
+                        const float dot = block_dot(d_a, -MMA_MAGIC_F * d_a, d[r]);  // the FMUL is shared by 2 tiles
+                        acc[i][j][r] = fmaf(dw[i][r >> 1], dot, acc[i][j][r]);
+                    }
+                }
+        }
+        if (next) {
+            cp_async_wait_all();
+            unpack_step(nxt, s + 1);
+        }
+        __syncthreads();
+    }
+
+    mma_store_tiles(C, acc, m0 + wm, n0 + wn, g, t, M, N);
+}
+}  // namespace
+
+template <class WF, class WL>
+void gemm_q8_1_mma(const GemmProblem& p, cudaStream_t stream) {
+    int8_t* aq;
+    float2* ads;
+    mma_quantize_acts(p, stream, aq, ads, WF::offset == 8);  // Q4_0: MMQ keeps d in fp16
+    const size_t smem = 2 * sizeof(Tile<WF, WL>) + (size_t)BM * PARTS * Raw<WF>::CHUNKS * 16;
+    cudaFuncSetAttribute(mma_kernel<WF, WL>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    mma_launch_slices<BN>(p, aq, ads, [&](const int8_t* aq_n, const float2* ads_n, float* C_n, int n) {
+        const dim3 grid((p.M + BM - 1) / BM, (n + BN - 1) / BN);
+        mma_kernel<WF, WL><<<grid, THREADS, smem, stream>>>(aq_n, ads_n, (const typename WF::block*)p.W, C_n, n, p.M, p.K);
+    });
+}
+
+}  // namespace gpu
