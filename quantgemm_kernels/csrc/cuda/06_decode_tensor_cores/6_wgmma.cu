@@ -1,8 +1,7 @@
-// cuda/06_decode_tensor_cores/6_wgmma.cu (chapter 6): Hopper's warpgroup mma (wgmma, sm_90a) for prefill, third step.
+// cuda/06_decode_tensor_cores/6_wgmma.cu (chapter 6): Hopper's warpgroup mma (wgmma, sm_90a) for
+// prefill, third step.
 //
-// The second step (06_decode_tensor_cores/4_mma.cu) issues one instruction every 2.2 cycles per scheduler, and 64%
-// of them are the two scaling FMAs per result and block; the rest feed the tensor cores from
-// registers (ldmatrix, scale loads) and wait for them. wgmma (sm_90a) changes the feeding:
+// What it teaches: wgmma changes how the tensor cores are fed.
 //  * One instruction per warpgroup (4 warps, 128 threads) multiplies a 64 x 32 tile of A by a
 //    32 x 128 tile of B, both read by the tensor cores straight from shared memory through two
 //    64-bit descriptors: no ldmatrix, no fragment registers. Here A is 64 tokens (the activation
@@ -10,6 +9,16 @@
 //    activation scale of a result is one of 2 registers, the weight scale one of 32 (8 LDS.128).
 //  * It is asynchronous: the warpgroup issues block b + 1 and scales block b while it runs (two
 //    sets of 64 accumulator registers), and the tensor cores stay busy through the scaling.
+//  * The copies leave the threads: one thread starts each K step's copies on the TMA engine and an
+//    mbarrier counts their bytes. The activations are quantized into the kernel's own layout
+//    (wgmma_quantize_act_kernel): per tile of 128 tokens and K step, one 40 KB unit = this K step's
+//    shared memory image (quants in core-matrix order, then (d_a 2^64, c) per block and token): one
+//    bulk copy. The weights' K step (128 rows x 144 or 272 bytes, row stride nb * B) is one 2-D box
+//    of a tensor map built at launch (cp.async.bulk.tensor: a bulk copy takes uniform operands, so
+//    128 one-row copies would be issued one at a time). The threads still unpack Q4_0 to int8
+//    16 (q - 8) once per CTA (mma.cuh), then fence.proxy.async makes their st.shared visible to the
+//    tensor cores, and one barrier per step hands the stage over. Weights whose rows are not
+//    16-byte aligned (K % 256 != 0) are read with 16-bit loads instead.
 //
 // The catch is the integer-to-float trick of mma.cuh. mma.sync reads its accumulator input from
 // other registers than it writes, so the magic 0x4B400000 sits in one register for free. wgmma adds
@@ -25,25 +34,20 @@
 // bit for bit that of cuda_q4_0_q8_1_mma (a test checks it). FP32 FMAs keep subnormals (no FTZ);
 // fma_rn below says so in PTX, whatever flags the build adds.
 //
-// Staging: the copies left the threads. The second step's cp.async from every thread held address
-// registers that later instructions had to wait for (Nsight Compute: a wgmma fence and FMAs stalled
-// on them, 19% of the samples). Here one thread starts each K step's copies on the TMA engine and
-// an mbarrier counts their bytes:
-//  * the activations are quantized into the kernel's own layout (wgmma_quantize_act_kernel): per
-//    tile of 128 tokens and K step, one 40 KB unit = this K step's shared memory image (quants in
-//    core-matrix order, then (d_a 2^64, c) per block and token): one bulk copy;
-//  * the weights' K step (128 rows x 144 or 272 bytes, row stride nb * B) is one 2-D box of a tensor
-//    map built at launch (cp.async.bulk.tensor; 128 one-row bulk copies measured 0.252 ms against
-//    0.220: a bulk copy takes uniform operands, so per-thread rows were issued one at a time).
-// The threads still unpack Q4_0 to int8 16 (q - 8) once per CTA (mma.cuh), then fence.proxy.async
-// makes their st.shared visible to the tensor cores, and one barrier per step hands the stage over.
-// Weights whose rows are not 16-byte aligned (K % 256 != 0) are read with 16-bit loads instead.
+// Why it is faster: the second step (4_mma.cu) spent most of its issue slots on the two scaling
+// FMAs per result and block and on feeding the tensor cores from registers, and its cp.async
+// address registers stalled later instructions; here the feeding is gone and the scaling overlaps
+// the next block's wgmma.
+// What it still lacks: every K step runs in lockstep: all 256 threads wait for the copies, unpack,
+// fence and meet at __syncthreads, where the wgmma pipeline drains and fills again; specialized
+// warpgroups remove that barrier (7_wgmma_ws.cu).
 //
-// Measured on an H100 (n = 512, k = 14336, quick bench): per-thread cp.async 0.300 ms; bulk copies
-// 0.252; TMA box for the weights 0.220; two accumulator sets 0.2185 (the second step: 0.243).
-//
+// Shared memory: two stages (wgmma.cuh's Stage), 128 x 32 bytes of -128 (the offset's wgmma), the
+// raw weight box of a K step and an mbarrier.
 // W8A8 (cuda_q8_0_q8_1_wgmma, below): the same kernel with WF = w_q8_0: the quants need no
 // unpacking (|sumi| <= 32 * 128 * 127 still keeps 2^19 + sumi positive).
+// Grid: x = ceil(M / 128), y = ceil(N / 128) (slices of at most 65535 token tiles); 256 threads
+// (2 warpgroups of 64 tokens).
 #include "wgmma.cuh"
 
 namespace gpu {
@@ -107,12 +111,8 @@ wgmma_kernel(const uint8_t* __restrict__ ws, const __grid_constant__ CUtensorMap
 
     const uint64_t ones_desc = smem_desc(ones);
     float acc[64] = {};
-#ifndef QG_WGMMA_SETS
-#define QG_WGMMA_SETS 2
-#endif
-    // Accumulator sets: 2 overlap block b's scaling with block b + 1's wgmma (1: wait for each; H100,
-    // n = 512, k = 14336: 0.221 -> 0.2185 ms). -DQG_WGMMA_SETS=1 in QUANTGEMM_NVCC_FLAGS builds the other.
-    constexpr int SETS = QG_WGMMA_SETS;
+    // Two accumulator sets: block b's scaling overlaps block b + 1's wgmma.
+    constexpr int SETS = 2;
     int D[SETS][64];
 
     auto scale = [&](const Stage& cur, int b, int (&d)[64]) { scale_block(acc, cur, b, d, t, tok); };
@@ -127,21 +127,15 @@ wgmma_kernel(const uint8_t* __restrict__ ws, const __grid_constant__ CUtensorMap
             wgmma_s8<0>(D[b % SETS], ones_desc, ones_desc);  // 2^19 everywhere
             wgmma_s8<1>(D[b % SETS], smem_desc(&cur.a[b][64 * wg * QK]), smem_desc(&cur.w[b][0]));
             wgmma_commit();
-            if (SETS == 1) {
-                wgmma_wait<0>();
-                fence_regs(D[0]);
-                scale(cur, b, D[0]);
-            } else if (b > 0) {  // block b - 1 is done once at most one group (block b) is pending
+            if (b > 0) {  // block b - 1 is done once at most one group (block b) is pending
                 wgmma_wait<SETS - 1>();
                 fence_regs(D[(b - 1) % SETS]);
                 scale(cur, b - 1, D[(b - 1) % SETS]);
             }
         }
-        if (SETS > 1) {
-            wgmma_wait<0>();
-            fence_regs(D[(KB - 1) % SETS]);
-            scale(cur, KB - 1, D[(KB - 1) % SETS]);
-        }
+        wgmma_wait<0>();
+        fence_regs(D[(KB - 1) % SETS]);
+        scale(cur, KB - 1, D[(KB - 1) % SETS]);
         if (next) {
             bar_wait(bar, (s + 1) & 1);
             unpack_step(s + 1);

@@ -1,12 +1,8 @@
-// cuda/06_decode_tensor_cores/7_wgmma_ws.cu (chapter 6): the wgmma step with specialized warpgroups, fourth step.
+// cuda/06_decode_tensor_cores/7_wgmma_ws.cu (chapter 6): the wgmma step with specialized
+// warpgroups, fourth step.
 //
-// The third step (06_decode_tensor_cores/6_wgmma.cu) runs every K step of 8 blocks in lockstep: all 256 threads
-// wait for the copies, unpack Q4_0 into the other stage, fence, and meet at __syncthreads; the
-// wgmma pipeline drains there (the last block of a step is scaled with no wgmma running) and fills
-// again (the first block's wgmma runs with no scaling beside it). Nsight Compute put the barrier
-// stalls at a quarter of the samples, with 2 warps per scheduler to hide them.
-//
-// Here the jobs go to different warps, as in CUTLASS's and FlashAttention-3's Hopper kernels:
+// What it teaches: warp specialization, as in CUTLASS's and FlashAttention-3's Hopper kernels. The
+// jobs go to different warps:
 //  * a producer warpgroup (warps 8-11): one thread starts the copies on the TMA engine (the raw
 //    weights of step s + 1 while step s is unpacked; the activations straight into a stage once the
 //    consumers have freed it), and each thread unpacks one weight row of the step into the stage,
@@ -15,36 +11,29 @@
 //  * two consumer warpgroups (64 tokens each) wait for `full` and for the activations, issue wgmma
 //    and scale; each of their threads arrives on the stage's `empty` barrier after its last read
 //    of it, and the producer waits for `empty` before it refills the stage.
-// The producer's unpacking and copies overlap the consumers' wgmmas and scaling from other warps,
-// and the two consumer warpgroups no longer meet at a block-wide barrier.
+// The launch uses programmatic dependent launch: the CTAs start while the activation quantizer
+// finishes, and the producer waits for its writes before the first activation copy.
+// Why it is faster: the third step (6_wgmma.cu) runs every K step of 8 blocks in lockstep: all 256
+// threads wait for the copies, unpack Q4_0 into the other stage, fence, and meet at
+// __syncthreads; the wgmma pipeline drains there (the last block of a step is scaled with no wgmma
+// running) and fills again (the first block's wgmma runs with no scaling beside it). Here the
+// producer's unpacking and copies overlap the consumers' wgmmas and scaling from other warps, and
+// the two consumer warpgroups no longer meet at a block-wide barrier.
+// What it still lacks: the consumers' scale loads (LDS.128 right after each wgmma wait) keep the
+// shared-memory pipe busy: they are what to shrink next.
 //
 // Registers: the consumers hold 64 accumulators and two sets of 64 wgmma results; the producer
 // needs few. The CTA gets 168 per thread at launch (384 threads); setmaxnreg moves them: the
 // producer gives back to 40, the consumers take 232 (40 x 128 + 232 x 256 = 168 x 384). In 232
-// the two sets fit only when a block is scaled in two halves of its rows (ptxas spilled in the
-// loop before).
+// the two sets fit only when a block is scaled in two halves of its rows (ptxas spills in the
+// loop otherwise).
 // Shared memory: two stages of 8 blocks (activations, weights as int8, scales) plus two raw weight
 // steps as stored: 193 KB for Q4_0, 225 KB for Q8_0: no room for a third stage.
-//
-// Measured on an H200 (n = 512, k = 14336, quick bench; the third step 0.225-0.226 ms in the same
-// runs): 1 set 0.217-0.220 ms, 2 sets 0.218; every consumer thread arriving on `empty` (racecheck):
-// 0.224 (the third step: 0.2245 in that run). Tried and dropped: each block as two m64n64 wgmmas
-// pipelined in the registers of one set (0.232-0.235), the scales loaded before the wait for the
-// wgmma (0.222 with 2 sets, no gain with 1). Nsight Compute (2 sets): issue slots 54% busy;
-// stalls: the scales' shared-memory loads right after the wgmma wait 25%, selected 20%, not
-// selected 19%, dispatch 13%; the wgmma wait itself only 4.5% (third step: 26%).
-// Those times include the activation quantizer with a straightforward lane map, about 50 us of
-// them. With the lane map of wgmma.cuh the whole product takes 0.186 ms, the third step 0.188; this
-// kernel alone 174 us and the quantizer 12.5 us (Nsight Compute). The launch with PDL (the CTAs
-// start while the quantizer finishes) gains 0.3-1% (0.1861 against 0.1867 ms; at n = 512,
-// k = 4096: 0.0564 against 0.0571).
-// Nsight Compute now: L1/shared-memory pipe 83% busy, 4.8 wavefronts per shared load (the scales'
-// LDS.128), issue slots 51%: the scales' loads are what to shrink next.
-//
 // The arithmetic, and so every output bit, is the third step's (a test checks it against the mma step).
 //
 // W8A8 (cuda_q8_0_q8_1_wgmma_ws, below): the same kernel with WF = w_q8_0: its producer copies the
 // int8 quants into the core-matrix layout instead of unpacking nibbles.
+// Grid: 6_wgmma.cu's, 384 threads (2 consumer warpgroups, 1 producer).
 #include "wgmma.cuh"
 
 namespace gpu {
@@ -54,19 +43,14 @@ constexpr int CONSUMERS = 256;              // warpgroups 0 and 1: tokens 0..63,
 constexpr int THREADS = CONSUMERS + 128;    // warpgroup 2: the producer
 constexpr int STAGES = 2;
 constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
-#ifndef QG_WGMMA_WS_PDL
-#define QG_WGMMA_WS_PDL 1  // 0: an ordinary launch (for the ladder's measurement)
-#endif
+constexpr bool PDL = true;  // programmatic dependent launch: start while the quantizer finishes
 
 static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * CONSUMERS <= 65536 / THREADS / 8 * 8 * THREADS,
               "setmaxnreg can only move the registers the CTA got at launch");
-#ifndef QG_WGMMA_WS_PARTS
-#define QG_WGMMA_WS_PARTS 2
-#endif
 // The producer thread of a row unpacks a K step in PARTS parts (fewer live registers per part:
 // Q8_0's 4 blocks of 34 bytes would not fit the producer's 40 registers).
 template <class WF>
-constexpr int PARTS = sizeof(typename WF::block) > 18 ? 4 : QG_WGMMA_WS_PARTS;
+constexpr int PARTS = sizeof(typename WF::block) > 18 ? 4 : 2;
 
 template <class WF>
 using Raw = RawPart<WF, KB, PARTS<WF>>;
@@ -162,14 +146,10 @@ wgmma_ws_kernel(const uint8_t* __restrict__ ws, const __grid_constant__ CUtensor
     const int tok = 64 * wg + 16 * (warp % 4) + g;  // this thread's tokens: tok and tok + 8
     const uint64_t ones_desc = smem_desc(sm.ones);
     float acc[64] = {};
-#ifndef QG_WGMMA_WS_SETS
-#define QG_WGMMA_WS_SETS 2
-#endif
-    // Accumulator sets. 1: a block's wgmma is waited for before its scaling, and the other
-    // warpgroup's wgmma runs meanwhile. 2: block b's wgmma also runs while block b - 1 is scaled (as
-    // in the third step). -DQG_WGMMA_WS_SETS=1 in QUANTGEMM_NVCC_FLAGS builds the other.
+    // Two accumulator sets: block b's wgmma runs while block b - 1 is scaled (as in the third step),
+    // and the other warpgroup's wgmma runs meanwhile too.
     // A block is scaled in two halves of its rows (16 weight scales in registers instead of 32).
-    constexpr int SETS = QG_WGMMA_WS_SETS;
+    constexpr int SETS = 2;
     int D[SETS][64];
     auto issue = [&](const Stage& cur, int b) {
         wgmma_fence();  // earlier reads of this set come first
@@ -195,22 +175,16 @@ wgmma_ws_kernel(const uint8_t* __restrict__ ws, const __grid_constant__ CUtensor
 #pragma unroll
         for (int b = 0; b < KB; b++) {
             issue(cur, b);
-            if (SETS == 1) {
-                wgmma_wait<0>();
-                scale(cur, b);
-            } else if (b > 0) {  // block b - 1 is done once at most one group (block b) is pending
+            if (b > 0) {  // block b - 1 is done once at most one group (block b) is pending
                 wgmma_wait<SETS - 1>();
                 scale(cur, b - 1);
             }
         }
-        if (SETS > 1) {
-            wgmma_wait<0>();
-            scale(cur, KB - 1);
-        }
+        wgmma_wait<0>();
+        scale(cur, KB - 1);
         // This thread's last read of the stage. Every thread arrives: an arrival releases the
-        // arriving thread's own reads only (one lane per warp after __syncwarp left the other
-        // lanes' reads unordered for racecheck: 15 hazards against the producer's next writes; one
-        // thread per warpgroup after a named barrier of its 128 threads: 16 hazards, and 2% slower).
+        // arriving thread's own reads only (one lane per warp after __syncwarp would leave the other
+        // lanes' reads unordered against the producer's next writes).
         bar_arrive(&sm.empty[i]);
     }
     store_acc(C, acc, blockIdx.y * BN, m0, tok, t, N, M);
@@ -225,7 +199,7 @@ void gemm_q8_1_wgmma_ws(const GemmProblem& p, cudaStream_t stream) {
     wgmma_prepare_and_launch<WF>(p, stream, [&](dim3 grid, const uint8_t* ws, const CUtensorMap& wmap, float* C, int N) {
         // Programmatic dependent launch: the CTAs start while the quantizer finishes (its CTAs
         // allow it at once); the producer waits for its writes before the first activation copy.
-        launch_maybe_pdl(wgmma_ws_kernel<WF>, grid, dim3(THREADS), smem, stream, QG_WGMMA_WS_PDL != 0, ws, wmap,
+        launch_maybe_pdl(wgmma_ws_kernel<WF>, grid, dim3(THREADS), smem, stream, PDL, ws, wmap,
                          (const typename WF::block*)p.W, C, N, p.M, p.K);
     });
 }

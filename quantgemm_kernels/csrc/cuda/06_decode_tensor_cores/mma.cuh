@@ -1,8 +1,8 @@
-// cuda/06_decode_tensor_cores/mma.cuh (chapter 6): what the tensor-core steps share. The activations are quantized
-// first (quantize_q8_1_lane: llama.cpp's Q8_1 bytes and scales) into a workspace laid out for the
-// mma kernels: int8 quants [N][K] (16-byte copies) and float pairs (d, c = -MAGIC_F * d)
-// [N][K/32]. llama.cpp's MMQ does the same with its own q8_1_mmq layout (d only, for Q4_0 and
-// Q8_0 weights: s is not needed). Then mma_s8, one mma.sync.m16n8k32 on int8.
+// cuda/06_decode_tensor_cores/mma.cuh (chapter 6): what the tensor-core steps share. The
+// activations are quantized first (quantize_q8_1_lane: llama.cpp's Q8_1 bytes and scales) into a
+// workspace laid out for the mma kernels: int8 quants [N][K] (16-byte copies) and float pairs (d, c
+// = -MAGIC_F * d) [N][K/32]. llama.cpp's MMQ does the same with its own q8_1_mmq layout (d only,
+// for Q4_0 and Q8_0 weights: s is not needed). Then mma_s8, one mma.sync.m16n8k32 on int8.
 //
 // Integer to float for free: the mma adds its int32 accumulator input to the product, and
 // 0x4B400000 is the float 1.5 * 2^23. With that as the input, the result's bits are the float
@@ -24,9 +24,8 @@ namespace {
 // One warp per block; writes quants to qs [rows][K] and (d, -MMA_MAGIC_F * d) to ds [rows][K/32].
 // sum_mode Q8_1_S_SUM_X: MMQ's own activation quantizer (quantize_mmq_lane), d_fp16 as it keeps d.
 // With a float32 d (MMQ's for Q8_0 weights) c = -MMA_MAGIC_F * d needs 26 significant bits and is
-// rounded, which costs up to d/2 per block result (measured: NMSE ~1e-9 against MMQ, more on data
-// with outliers); the binding therefore offers the mode to the Q4_0 mma steps only (fp16 d). The
-// wgmma steps scale by a power of two instead and take either.
+// rounded, which costs up to d/2 per block result; the binding therefore offers the mode to the
+// Q4_0 mma steps only (fp16 d). The wgmma steps scale by a power of two instead and take either.
 __global__ void mma_quantize_act_kernel(const float* __restrict__ x, int8_t* __restrict__ qs,
                                         float2* __restrict__ ds, int64_t total, int sum_mode, bool d_fp16) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -111,7 +110,7 @@ inline void mma_launch_slices(const GemmProblem& p, const int8_t* aq, const floa
         launch(aq + (int64_t)n0 * p.K, ads + (int64_t)n0 * nb, p.C + (int64_t)n0 * p.M, std::min(MAX_N, p.N - n0));
 }
 
-// ---- Weight staging of the tiled tensor-core steps (06_decode_tensor_cores/4_mma.cu, 06_decode_tensor_cores/6_wgmma.cu): a K step
+// ---- Weight staging of the tiled tensor-core steps (mma_tile.cuh, 6_wgmma.cu): a K step
 // of KB blocks per weight row lands in shared memory as stored (mma: cp.async by the PARTS threads
 // of a row into [PARTS][CHUNKS][BM]; wgmma: one TMA box [BM][KB * B]) and each of the PARTS threads
 // unpacks its part of the row (KB / PARTS blocks), reading it through a chunk accessor.

@@ -1,10 +1,10 @@
-// cuda/06_decode_tensor_cores/wgmma.cuh (chapter 6): what the two Hopper steps share (06_decode_tensor_cores/6_wgmma.cu, the third step,
-// and 06_decode_tensor_cores/7_wgmma_ws.cu, the fourth). Both multiply 128 weight rows by 128 tokens per CTA with
-// wgmma.mma_async m64n128k32 s8 (sm_90a), two warpgroups of 64 tokens each, from one shared-memory
+// cuda/06_decode_tensor_cores/wgmma.cuh (chapter 6): what the two Hopper steps share (6_wgmma.cu,
+// the third step, and 7_wgmma_ws.cu, the fourth). Both multiply 128 weight rows by 128 tokens per
+// CTA with wgmma.mma_async m64n128k32 s8 (sm_90a), two warpgroups of 64 tokens each, from one shared-memory
 // layout per K step of 8 blocks (Stage): the activation quants and (d_a 2^64, c) as
 // wgmma_quantize_act_kernel wrote them to the workspace, the weights as int8 in the same core-matrix
 // layout, and their scales. The numbers (the subnormal offset, the scaled constants) are explained
-// at the top of 06_decode_tensor_cores/6_wgmma.cu; the steps differ in who copies and unpacks, and when.
+// at the top of 6_wgmma.cu; the steps differ in who copies and unpacks, and when.
 #pragma once
 #include <cuda.h>  // CUtensorMap (the types only: the encoder comes from the driver at run time)
 
@@ -39,9 +39,8 @@ namespace {
 // A CTA quantizes one K step (8 blocks) of 8 tokens: warp b takes block b, lane 4 u + p takes
 // values 8p .. 8p + 7 of token u (two 16-byte loads), and the 4 lanes of a token reduce with 2
 // shuffles. A warp's quants are then the 8 rows of the block's two core matrices, one contiguous
-// 256-byte run of the unit, written 8 bytes per lane. (The straightforward map, a warp per block
-// and token with a byte per lane, a 32-lane reduction and 64-bit index arithmetic per value, took
-// about 50 us of the 0.224 ms product at n = 512, k = 14336 on an H200; this one 12.5 us.)
+// 256-byte run of the unit, written 8 bytes per lane, instead of a warp per block and token with a
+// byte per lane, a 32-lane reduction and 64-bit index arithmetic per value.
 // The roundings are quantize_q8_1_lane's, value by value, so the bytes are the same.
 // sum_mode Q8_1_S_SUM_X: MMQ's own quantizer instead (quantize_mmq_lane's roundings, d_fp16 as MMQ
 // keeps d).
