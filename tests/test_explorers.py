@@ -188,3 +188,14 @@ def test_unknown_control_value_raises():
         ex.view(device="x")
     with pytest.raises(ValueError):
         E._control("c", "c", ["a"], "b")
+
+
+def test_live_explorers_draw_outside_jupyter():
+    """The ipywidgets explorers build and draw their first state (matplotlib, no kernel)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    for live in (E.records_explorer(E.load_records(name="ch5"), ours="each").live,
+                 E.records_explorer(E.load_records()).live, lambda: E.gemm_nmse_live(M=8, N=2, Ks=(256,)),
+                 E.bench_explorer(ROWS, baseline="naive").live):
+        assert live().children
