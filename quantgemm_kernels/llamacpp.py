@@ -44,7 +44,8 @@ from . import formats as F
 #: our format names -> ggml's type enum names
 _GGML_TYPE_NAMES = {"f32": "GGML_TYPE_F32", "q4_0": "GGML_TYPE_Q4_0", "q4_1": "GGML_TYPE_Q4_1", "q8_0": "GGML_TYPE_Q8_0",
                     "q8_1": "GGML_TYPE_Q8_1"}
-WEIGHT_FORMATS = ("f32", "q4_0", "q8_0")  #: weight formats ggml_mul_mat accepts here
+WEIGHT_FORMATS = ("f32", "q4_0", "q8_0")  #: the weight formats the benchmarks compare (chapters 5-6)
+MUL_MAT_FORMATS = (*WEIGHT_FORMATS, "q4_1")  #: weight formats ggml_mul_mat accepts here (Q4_1: chapter 7)
 
 # test-backend-ops perf: enough repeated nodes per graph to reach this many flops (8 GFLOP on a
 # CPU backend, 100 GFLOP on a GPU one), so that the per-graph launch cost is amortised.
@@ -305,8 +306,8 @@ def ggml_vec_dot(wfmt: str, w_row, a_row) -> float:
     Raises :class:`GgmlUnavailable` where the package cannot reach the type traits.
     """
     g = _ggml()
-    if wfmt not in WEIGHT_FORMATS:
-        raise ValueError(f"wfmt must be one of {WEIGHT_FORMATS}, got {wfmt!r}")
+    if wfmt not in MUL_MAT_FORMATS:
+        raise ValueError(f"wfmt must be one of {MUL_MAT_FORMATS}, got {wfmt!r}")
     a = _f32_rows(np.asarray(a_row, np.float32).reshape(1, -1), "a_row")
     K = a.shape[1]
     w = np.ascontiguousarray(np.asarray(w_row).reshape(-1))
@@ -346,8 +347,8 @@ def _default_threads() -> int:
 def _weights(g, W, wfmt: str) -> tuple[np.ndarray, int, int]:
     """W as the bytes ggml will hold, with (M, K). Float weights in a quantized format are
     quantized by ggml itself; bytes are used as given (the same bytes our kernels read)."""
-    if wfmt not in WEIGHT_FORMATS:
-        raise ValueError(f"wfmt must be one of {WEIGHT_FORMATS}, got {wfmt!r}")
+    if wfmt not in MUL_MAT_FORMATS:
+        raise ValueError(f"wfmt must be one of {MUL_MAT_FORMATS}, got {wfmt!r}")
     if hasattr(W, "detach"):
         W = W.detach().cpu().numpy()
     W = np.ascontiguousarray(W)
@@ -632,6 +633,6 @@ def info_line() -> str:
     return f"ggml {a['ggml_version'] or '?'} via {a['package']} {a['version']} (backends: {backends})"
 
 
-__all__ = ["GgmlUnavailable", "MulMatRunner", "WEIGHT_FORMATS", "available", "ggml_mul_mat", "ggml_quantize",
+__all__ = ["GgmlUnavailable", "MUL_MAT_FORMATS", "MulMatRunner", "WEIGHT_FORMATS", "available", "ggml_mul_mat", "ggml_quantize",
            "ggml_vec_dot", "ggml_vec_dot_type", "info_line", "perf_repeats", "time_ggml_mul_mat"]
 

@@ -14,6 +14,8 @@ Convention (the whole course): ``W [M, K]`` weights, ``A [N, K]`` activations, `
   kernel never subtracts 8 from a nibble. If the block stores ``s_a = sum(x)`` instead (ggml-cuda),
   the same formula uses the unquantized sum: a slightly different number. Chapter 4 derives this.
 * ``q8_0 x q8_1`` (W8A8): d_w * d_a * sumi; ``s`` is not needed.
+* ``q4_1 x q8_1`` (chapter 7): the weight is ``q * d_w + m_w``, so a block is
+  ``d_w * d_a * sumi + m_w * s_a``: the min enters through the activations' ``s``.
 
 Scales are read from the fp16 fields exactly as kernels read them, so a kernel may differ from
 the reference only by float32 rounding of its additions.
@@ -102,6 +104,11 @@ def gemm_wq_aq8_1(Aq: np.ndarray, Wq: np.ndarray, wfmt: str, q4_0_formula: str =
     elif wfmt == "q8_0":
         sumi = np.einsum("nbj,mbj->nmb", qa, qw)
         per_block = dw * da * sumi
+    elif wfmt == "q4_1":  # value = q * d_w + m_w: the min comes back through s_a, as stored
+        sumi = np.einsum("nbj,mbj->nmb", qa, qw)
+        mw = wb["m"].astype(np.float64)[None, :, :]
+        sa = ab["s"].astype(np.float64)[:, None, :]
+        per_block = dw * da * sumi + mw * sa
     else:
         raise ValueError(f"no W x Q8_1 reference for weights {wfmt!r}")
     return per_block.sum(axis=2)

@@ -23,7 +23,7 @@ CSRC = Path(__file__).resolve().parent / "csrc"
 class Kernel:
     name: str
     device: str  #: "cpu" or "cuda"
-    wfmt: str  #: weight format: "f32", "q4_0", "q8_0"
+    wfmt: str  #: weight format: "f32", "q4_0", "q4_1", "q8_0"
     afmt: str  #: activation format the kernel consumes: "f32" or "q8_1" (gemm() quantizes A)
     chapter: int
     title: str  #: the technique, in a few words
@@ -82,6 +82,13 @@ _CPU = [
     Kernel("cpu_q8_0_q8_1_blocked", "cpu", "q8_0", "q8_1", 4, "weights read once per 4x4 tile",
            file="04_w4a8/2_blocked.cpp"),
     Kernel("cpu_q8_0_q8_1_simd", "cpu", "q8_0", "q8_1", 4, "int8 SIMD dot products with the sign trick",
+           file="04_w4a8/3_simd.cpp"),
+    # chapter 7: Q4_1 weights (a real model's format) through chapter 4's steps
+    Kernel("cpu_q4_1_q8_1_naive", "cpu", "q4_1", "q8_1", 7, "integer dot per block, then d_w d_a sumi + m_w s_a",
+           file="04_w4a8/1_naive.cpp"),
+    Kernel("cpu_q4_1_q8_1_blocked", "cpu", "q4_1", "q8_1", 7, "unpack nibbles once per 4x4 tile, d and m per block",
+           file="04_w4a8/2_blocked.cpp"),
+    Kernel("cpu_q4_1_q8_1_simd", "cpu", "q4_1", "q8_1", 7, "int8 SIMD dot products, the min summed beside them",
            file="04_w4a8/3_simd.cpp"),
 ]
 

@@ -43,7 +43,7 @@ def _case(M, N, K, seed=0):
     return make_values((M, K), "normal", seed), make_values((N, K), "normal", seed + 100)
 
 
-@pytest.mark.parametrize("wfmt", L.WEIGHT_FORMATS)
+@pytest.mark.parametrize("wfmt", L.MUL_MAT_FORMATS)
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_ggml_mul_mat_matches_the_reference(wfmt, shape):
     M, N, K = shape
@@ -55,9 +55,15 @@ def test_ggml_mul_mat_matches_the_reference(wfmt, shape):
         # F32 x F32: no quantization anywhere, float32 rounding only
         assert R.nmse(C, R.gemm_f32(A, W)) < KERNEL_NMSE
         return
-    assert L.ggml_vec_dot_type(wfmt) == "q8_0"  # the CPU backend's choice, not Q8_1
-    A_ggml = F.dequantize(L.ggml_quantize(A, "q8_0", ref=False), "q8_0")
-    assert R.nmse(C, R.gemm_f32(A_ggml, F.dequantize(Wb, wfmt))) < KERNEL_NMSE
+    # the CPU backend's activation format: Q8_0 for Q4_0 and Q8_0 weights (no s needed), Q8_1 for
+    # Q4_1, whose min enters through s
+    vdt = L.ggml_vec_dot_type(wfmt)
+    assert vdt == ("q8_1" if wfmt == "q4_1" else "q8_0")
+    Aq_ggml = L.ggml_quantize(A, vdt, ref=False)
+    if wfmt == "q4_1":  # the min enters through s, rounded to fp16: the block formula, not the values
+        assert R.nmse(C, R.gemm_wq_aq8_1(Aq_ggml, Wb, wfmt)) < KERNEL_NMSE
+    else:
+        assert R.nmse(C, R.gemm_f32(F.dequantize(Aq_ggml, vdt), F.dequantize(Wb, wfmt))) < KERNEL_NMSE
     assert R.nmse(C, R.gemm(A, Wb, wfmt, "f32")) < ACT_QUANT_NMSE
 
 
@@ -85,7 +91,24 @@ def test_vec_dot_is_one_output_of_mul_mat(wfmt):
 
 
 @pytest.mark.skipif(not INFO["type_traits"], reason="this ggml binding cannot reach the type traits")
-@pytest.mark.parametrize("fmt", ["q4_0", "q8_0", "q8_1"])
+def test_our_q4_1_kernels_compute_ggml_cpus_q4_1_product():
+    """Q4_1 x Q8_1 is where ggml's CPU backend reads Q8_1's s (d_w d_a sumi + m_w s_a, s = d * sum(q)):
+    our chapter-7 CPU kernels on ggml's own activation bytes give its mul_mat to float rounding."""
+    import torch
+
+    import quantgemm_kernels as qk
+
+    W, A = _case(67, 5, 256)
+    Wb = F.quantize(W, "q4_1")
+    C = L.ggml_mul_mat(Wb, A, "q4_1", n_threads=2)
+    Aq = L.ggml_quantize(A, "q8_1", ref=False)  # the bytes ggml's CPU backend quantizes A to
+    for k in qk.kernels(device="cpu", wfmt="q4_1"):
+        ours = qk.gemm_quantized(torch.from_numpy(Aq), torch.from_numpy(Wb), k.name).numpy()
+        assert R.nmse(ours, C) < 1e-12, k.name
+
+
+@pytest.mark.skipif(not INFO["type_traits"], reason="this ggml binding cannot reach the type traits")
+@pytest.mark.parametrize("fmt", ["q4_0", "q4_1", "q8_0", "q8_1"])
 def test_ggml_reference_quantizers_give_our_bytes(fmt):
     x = make_values((5, 256), "normal", 3)
     np.testing.assert_array_equal(L.ggml_quantize(x, fmt), F.quantize(x, fmt))

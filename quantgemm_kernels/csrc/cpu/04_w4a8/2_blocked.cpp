@@ -26,10 +26,10 @@ inline void tile(const block_q8_1* A, const typename WF::block* W, float* C, int
     for (int b = 0; b < nb; b++) {
         // [excerpt: block_loop]
         typename WF::quant_t wq[TM][QK];  // the TM weight blocks of this step of K, unpacked once
-        float d_w[TM];
+        typename WF::scales d_w[TM];
         for (int j = 0; j < TM; j++) {
             const typename WF::block& blk = W[(int64_t)(m0 + j) * nb + b];
-            d_w[j] = fp16_to_fp32(blk.d);
+            d_w[j] = WF::scales_of(blk);
             for (int l = 0; l < QK; l++) wq[j][l] = (typename WF::quant_t)WF::quant(blk, l);
         }
         for (int i = 0; i < TN; i++) {
@@ -69,6 +69,7 @@ void gemm_q8_1_blocked(const GemmProblem& p, int m_begin, int m_end) {
 
 template void gemm_q8_1_blocked<w_q4_0>(const GemmProblem&, int, int);
 template void gemm_q8_1_blocked<w_q8_0>(const GemmProblem&, int, int);
+template void gemm_q8_1_blocked<w_q4_1>(const GemmProblem&, int, int);
 
 void cpu_q4_0_q8_1_blocked(const GemmProblem& p, int m_begin, int m_end) {
     gemm_q8_1_blocked<w_q4_0>(p, m_begin, m_end);
@@ -76,4 +77,9 @@ void cpu_q4_0_q8_1_blocked(const GemmProblem& p, int m_begin, int m_end) {
 
 void cpu_q8_0_q8_1_blocked(const GemmProblem& p, int m_begin, int m_end) {
     gemm_q8_1_blocked<w_q8_0>(p, m_begin, m_end);
+}
+
+// Chapter 7: Q4_1 weights, the same tile (the scales kept per block are d_w and m_w).
+void cpu_q4_1_q8_1_blocked(const GemmProblem& p, int m_begin, int m_end) {
+    gemm_q8_1_blocked<w_q4_1>(p, m_begin, m_end);
 }

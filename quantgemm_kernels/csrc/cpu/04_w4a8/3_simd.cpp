@@ -77,6 +77,14 @@ template <> struct simd_w<w_q4_0> {
     }
     static inline ivec dot(qvec w, qvec a) { return dot_u8s8(w, a); }  // nibbles are unsigned
 };
+template <> struct simd_w<w_q4_1> {  // Q4_1's nibbles: Q4_0's layout, unsigned, fed as they are
+    static inline qvec load(const block_q4_1& b) {
+        const __m128i x = _mm_loadu_si128((const __m128i*)b.qs);
+        const __m256i both = _mm256_set_m128i(_mm_srli_epi16(x, 4), x);
+        return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+    }
+    static inline ivec dot(qvec w, qvec a) { return dot_u8s8(w, a); }
+};
 template <> struct simd_w<w_q8_0> {
     static inline qvec load(const block_q8_0& b) { return _mm256_loadu_si256((const __m256i*)b.qs); }
     // w * a = |w| * (a * sign(w)): the unsigned operand is |w|, the sign moves to a.
@@ -113,15 +121,16 @@ template <class WF> struct simd_w {
 template <class WF, int TN, int TM>
 inline void tile(const block_q8_1* A, const typename WF::block* W, float* C, int nb, int M, int n0, int m0) {
     fvec acc[TN][TM];
-    float comp[TN][TM] = {};  // sum_b d_w * s_a, for weights with an offset (Q4_0)
+    float comp[TN][TM] = {};  // sum_b d_w * s_a for weights with an offset (Q4_0), sum_b m_w * s_a with a min (Q4_1)
     for (int i = 0; i < TN; i++)
         for (int j = 0; j < TM; j++) acc[i][j] = fzero();
     for (int b = 0; b < nb; b++) {
         qvec wq[TM];  // the TM weight blocks of this step of K, unpacked once
-        float d_w[TM];
+        float d_w[TM], m_w[TM];
         for (int j = 0; j < TM; j++) {
             const typename WF::block& blk = W[(int64_t)(m0 + j) * nb + b];
             d_w[j] = scale_f32(blk.d);
+            if constexpr (WF::has_min) m_w[j] = scale_f32(blk.m);
             wq[j] = simd_w<WF>::load(blk);
         }
         for (int i = 0; i < TN; i++) {
@@ -129,10 +138,11 @@ inline void tile(const block_q8_1* A, const typename WF::block* W, float* C, int
             // [excerpt: block_loop]
             const qvec aq = load_q8_1(a);
             const float d_a = scale_f32(a.d);
-            const float s_a = WF::offset != 0 ? scale_f32(a.s) : 0.0f;  // Q8_0 never reads s
+            const float s_a = WF::offset != 0 || WF::has_min ? scale_f32(a.s) : 0.0f;  // Q8_0 never reads s
             for (int j = 0; j < TM; j++) {
                 accumulate(acc[i][j], simd_w<WF>::dot(wq[j], aq), d_w[j] * d_a);
                 if constexpr (WF::offset != 0) comp[i][j] += d_w[j] * s_a;
+                if constexpr (WF::has_min) comp[i][j] += m_w[j] * s_a;
             // [end excerpt: block_loop]
             }
         }
@@ -141,6 +151,7 @@ inline void tile(const block_q8_1* A, const typename WF::block* W, float* C, int
         for (int j = 0; j < TM; j++) {
             float c = hsum(acc[i][j]);
             if constexpr (WF::offset != 0) c -= (float)WF::offset * comp[i][j];
+            if constexpr (WF::has_min) c += comp[i][j];
             C[(int64_t)(n0 + i) * M + m0 + j] = c;
         }
     }
@@ -168,6 +179,7 @@ void gemm_q8_1_simd(const GemmProblem& p, int m_begin, int m_end) {
 
 template void gemm_q8_1_simd<w_q4_0>(const GemmProblem&, int, int);
 template void gemm_q8_1_simd<w_q8_0>(const GemmProblem&, int, int);
+template void gemm_q8_1_simd<w_q4_1>(const GemmProblem&, int, int);
 
 void cpu_q4_0_q8_1_simd(const GemmProblem& p, int m_begin, int m_end) {
     gemm_q8_1_simd<w_q4_0>(p, m_begin, m_end);
@@ -175,4 +187,10 @@ void cpu_q4_0_q8_1_simd(const GemmProblem& p, int m_begin, int m_end) {
 
 void cpu_q8_0_q8_1_simd(const GemmProblem& p, int m_begin, int m_end) {
     gemm_q8_1_simd<w_q8_0>(p, m_begin, m_end);
+}
+
+// Chapter 7: Q4_1 weights. The nibbles go in as Q4_0's (unsigned), and the min is summed beside the
+// dot products as the compensation is, sum_b m_w * s_a, and added at the end.
+void cpu_q4_1_q8_1_simd(const GemmProblem& p, int m_begin, int m_end) {
+    gemm_q8_1_simd<w_q4_1>(p, m_begin, m_end);
 }
