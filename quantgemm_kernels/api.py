@@ -294,16 +294,20 @@ def pick_kernel(device, wfmt: str, N: int, M: int | None = None) -> Kernel:
     few_tiles = M is not None and (M + 127) // 128 < sms // 2
     small = N <= (DECODE_MAX_N_FEW_TILES if few_tiles else DECODE_MAX_N)
     if cc >= (8, 0) and small:
-        name = f"cuda_{wfmt}_q8_1_decode"
+        names = [f"cuda_{wfmt}_q8_1_decode"]
     elif cc == (9, 0):
-        name = f"cuda_{wfmt}_q8_1_wgmma_ws"
+        names = [f"cuda_{wfmt}_q8_1_wgmma_ws", f"cuda_{wfmt}_q8_1_mma"]
     elif cc >= (8, 0):
-        name = f"cuda_{wfmt}_q8_1_mma"
+        names = [f"cuda_{wfmt}_q8_1_mma"]
     else:
-        name = f"cuda_{wfmt}_q8_1_vec_dp4a"
-    if name not in KERNELS:
-        raise ValueError(f"no kernel for {wfmt} weights on {device} (compute capability {cc})")
-    return KERNELS[name]
+        names = [f"cuda_{wfmt}_q8_1_vec_dp4a"]
+    # a format without a tensor-core kernel yet (Q4_1) keeps the decode kernel at every N: it takes
+    # any N, in passes of up to 8 tokens
+    names += [f"cuda_{wfmt}_q8_1_decode"] if cc >= (8, 0) else []
+    for name in names:
+        if name in KERNELS and KERNELS[name].runs_on(cc):
+            return KERNELS[name]
+    raise ValueError(f"no kernel for {wfmt} weights on {device} (compute capability {cc})")
 
 
 def linear(x: torch.Tensor, W, kernel: str | None = None) -> torch.Tensor:

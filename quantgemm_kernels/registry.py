@@ -152,6 +152,10 @@ _CUDA = [
            "the wgmma step with a producer warpgroup (copies, unpacking) and two consumer warpgroups, mbarriers",
            fused_quant=True, min_sm=(9, 0), max_sm=(9, 0), sum_x=True,
            file="06_decode_tensor_cores/7_wgmma_ws.cu"),
+    # chapter 7: Q4_1 weights through chapter 6's decode step
+    Kernel("cuda_q4_1_q8_1_decode", "cuda", "q4_1", "q8_1", 7,
+           "decode: activations quantized once, copied by every CTA (PDL); d_w d_a sumi + m_w s_a",
+           fused_quant=True, min_sm=(8, 0), sum_x=True, file="06_decode_tensor_cores/2_decode.cu"),
 ]
 
 KERNELS: dict[str, Kernel] = {k.name: k for k in sorted(_CPU + _CUDA, key=lambda k: k.chapter)}

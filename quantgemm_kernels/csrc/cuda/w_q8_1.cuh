@@ -75,6 +75,24 @@ struct w_q8_0 {
     }
 };
 
+// Chapter 7: Q4_1, Q4_0's nibbles (same bytes, same words) with a min m instead of the offset 8:
+// value = q * d + m. Its quants start at byte 4 of the block (after d and m), not 2.
+struct w_q4_1 {
+    using block = block_q4_1;
+    static constexpr int offset = 0;               // nothing subtracted: m_w comes in through s_a
+    static constexpr int qs_bytes = QK / 2;
+    static constexpr int qs_words = qs_bytes / 4;
+    __device__ __forceinline__ static void pair(const void* qs, int j, int& lo, int& hi) { w_q4_0::pair(qs, j, lo, hi); }
+    __device__ __forceinline__ static void words(const int* v, int i, int& lo, int& hi) { w_q4_0::words(v, i, lo, hi); }
+};
+template <class WF> constexpr bool has_min = false;  // whether a block stores a min m after d
+template <> constexpr bool has_min<w_q4_1> = true;
+
+// One Q4_1 block: d_w d_a sumi + m_w s_a, as llama.cpp's vec_dot_q4_1_q8_1_impl (s_a = sum(x) there).
+__device__ __forceinline__ float block_result_min(float d_w, float m_w, float d_a, float s_a, int sumi) {
+    return (float)sumi * (d_w * d_a) + m_w * s_a;
+}
+
 // One block's contribution, from the integer dot product and the three scales.
 template <class WF>
 __device__ __forceinline__ float block_result(float d_w, float d_a, float s_a, int sumi) {

@@ -107,3 +107,9 @@ void cuda_q4_0_q8_1_decode(const GemmProblem& p, cudaStream_t stream) {
 void cuda_q8_0_q8_1_decode(const GemmProblem& p, cudaStream_t stream) {
     gpu::gemm_q8_1_decode<gpu::w_q8_0, gpu::ImageActs>(p, stream);
 }
+
+// Chapter 7: Q4_1 weights (w_q8_1.cuh, w_q4_1): 8 blocks are 160 B = 10 x 16 B; the min enters
+// through the activations' s as in llama.cpp's MMVQ, so matching it takes s = sum(x) (sum_x).
+void cuda_q4_1_q8_1_decode(const GemmProblem& p, cudaStream_t stream) {
+    gpu::gemm_q8_1_decode<gpu::w_q4_1, gpu::ImageActs>(p, stream);
+}

@@ -80,7 +80,7 @@ struct ActSmem {
 
 // One weight block (quants as words v, scale d_w) against T tokens' activation block kb.
 template <class WF, int T>
-__device__ __forceinline__ void block_times_tokens(const int* v, float d_w, const ActSmem& act, int kb,
+__device__ __forceinline__ void block_times_tokens(const int* v, float d_w, float m_w, const ActSmem& act, int kb,
                                                    float* acc) {
     int lo[4], hi[4];
 #pragma unroll
@@ -96,13 +96,14 @@ __device__ __forceinline__ void block_times_tokens(const int* v, float d_w, cons
             sumi = __dp4a(lo[i], a[i], sumi);
             sumi = __dp4a(hi[i], a[i + 4], sumi);
         }
-        acc[t] += block_result<WF>(d_w, ds.x, ds.y, sumi);
+        if constexpr (has_min<WF>) acc[t] += block_result_min(d_w, m_w, ds.x, ds.y, sumi);  // Q4_1
+        else acc[t] += block_result<WF>(d_w, ds.x, ds.y, sumi);
     }
 }
 
 template <class WF>
 struct Unit {  // 8 consecutive weight blocks of one row, as raw 32-bit words
-    static constexpr int BYTES = UNIT * (int)sizeof(typename WF::block);  // 144 (Q4_0) or 272 (Q8_0)
+    static constexpr int BYTES = UNIT * (int)sizeof(typename WF::block);  // 144 (Q4_0), 160 (Q4_1), 272 (Q8_0)
     static constexpr int VECS = BYTES / 16;                                // 9 or 17
     static_assert(BYTES % 16 == 0, "8 blocks are a whole number of 16-byte vectors");
     uint32_t w[VECS * 4 + 1];  // +1: word_at may read one word past the last block's end
@@ -124,6 +125,16 @@ struct Unit {  // 8 consecutive weight blocks of one row, as raw 32-bit words
 #pragma unroll
         for (int j = 0; j < WF::qs_words; j++) v[j] = word_at(w, off + 2 + 4 * j);
     // [end excerpt: unit_words]
+    }
+    // Q4_1 (chapter 7): d and m, then the quants from byte B*i + 4. B = 20: every block 4-byte aligned.
+    __device__ __forceinline__ void block(int i, int* v, float& d, float& m) const {
+        constexpr int B = (int)sizeof(typename WF::block);
+        const int off = B * i;  // a multiple of 4
+        const uint32_t dm = w[off >> 2];
+        d = scale_to_float((fp16_bits)(dm & 0xFFFF));
+        m = scale_to_float((fp16_bits)(dm >> 16));
+#pragma unroll
+        for (int j = 0; j < WF::qs_words; j++) v[j] = (int)w[(off >> 2) + 1 + j];
     }
 };
 
@@ -157,7 +168,7 @@ struct ActSource {
 
 template <class WF, int T, class Acts>
 // Q4_0: 2 CTAs per SM (at most 128 registers); Q8_0 units are twice as wide and need more.
-__global__ void __launch_bounds__(DEC_THREADS, WF::offset == 8 ? 2 : 1)
+__global__ void __launch_bounds__(DEC_THREADS, sizeof(typename WF::block) < 32 ? 2 : 1)  // 4-bit: 2 CTAs/SM
 decode_kernel(ActSource src, const typename WF::block* __restrict__ W, float* __restrict__ C,
               int M, int K, int nb_total, int kb0, int nb, bool accumulate) {
     // This launch: T tokens (src), blocks [kb0, kb0 + nb) of every weight row (rows are nb_total
@@ -230,7 +241,9 @@ decode_kernel(ActSource src, const typename WF::block* __restrict__ W, float* __
                 int v[WF::qs_words];
 #pragma unroll
                 for (int j = 0; j < WF::qs_words; j++) v[j] = load_int_b2(w_row[kb].qs, j);
-                block_times_tokens<WF, T>(v, scale_to_float(w_row[kb].d), act, kb, acc);
+                float m_w = 0.0f;
+                if constexpr (has_min<WF>) m_w = scale_to_float(w_row[kb].m);
+                block_times_tokens<WF, T>(v, scale_to_float(w_row[kb].d), m_w, act, kb, acc);
             }
             finish_row(row);
         }
@@ -250,9 +263,10 @@ decode_kernel(ActSource src, const typename WF::block* __restrict__ W, float* __
 #pragma unroll
             for (int b = 0; b < UNIT; b++) {
                 int v[WF::qs_words];
-                float d_w;
-                cur.block(b, v, d_w);
-                block_times_tokens<WF, T>(v, d_w, act, UNIT * u + b, acc);
+                float d_w, m_w = 0.0f;
+                if constexpr (has_min<WF>) cur.block(b, v, d_w, m_w);
+                else cur.block(b, v, d_w);
+                block_times_tokens<WF, T>(v, d_w, m_w, act, UNIT * u + b, acc);
             }
         }
         if (st == steps_per_row - 1) finish_row(warp_global + (i / steps_per_row) * warps_total);
