@@ -232,6 +232,26 @@ def test_forward_matches_float64_reference(tiny):
     assert (ours.argmax(-1).numpy() == ref.argmax(-1))[clear].all()
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
+@pytest.mark.parametrize("with_q4_1", [False, True], ids=["q4_0+q8_0", "q4_1"])
+def test_cuda_forward_matches_float64_reference_and_its_cache(tmp_path, with_q4_1):
+    """The same model on the GPU (chapter 6's kernels through linear(); Q4_1 through the chapter-7
+    decode kernel): against the float64 reference as on the CPU, and its KV cache against the full pass."""
+    path = tmp_path / "tiny.gguf"
+    q4_1 = {f"blk.{i}.{n}.weight": QT.Q4_1 for i in range(N_LAYERS) for n in ("attn_q", "attn_k", "ffn_up", "ffn_down")}
+    W = write_tiny_gguf(path, override_types=q4_1 if with_q4_1 else None)
+    model = load_gguf(path, device="cuda")
+    ours = model(torch.tensor(PROMPT, device="cuda"))
+    assert ours.device.type == "cuda" and ours.shape == (len(PROMPT), VOCAB)
+    err = nmse(ours.cpu().numpy(), reference_logits(W, PROMPT))
+    assert err < NMSE_MAX, f"NMSE {err:.2e} against the float64 reference"
+    cache = model.new_cache(len(PROMPT))
+    parts = [model.forward(torch.tensor(PROMPT[:5], device="cuda"), cache)]
+    for t in PROMPT[5:]:
+        parts.append(model.forward(torch.tensor([t], device="cuda"), cache))
+    torch.testing.assert_close(torch.cat(parts), ours, rtol=1e-4, atol=1e-4)
+
+
 def test_unfused_linears_give_the_same_logits(tiny):
     path, W, model = tiny
     unfused = load_gguf(path, fuse=False)
