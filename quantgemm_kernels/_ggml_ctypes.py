@@ -20,7 +20,7 @@ from pathlib import Path
 PACKAGE = "ggml (standalone build, ctypes)"
 
 #: enum ggml_type (ggml.h), the values llamacpp uses
-TYPES = {"GGML_TYPE_F32": 0, "GGML_TYPE_F16": 1, "GGML_TYPE_Q4_0": 2, "GGML_TYPE_Q8_0": 8, "GGML_TYPE_Q8_1": 9}
+TYPES = {"GGML_TYPE_F32": 0, "GGML_TYPE_F16": 1, "GGML_TYPE_Q4_0": 2, "GGML_TYPE_Q4_1": 3, "GGML_TYPE_Q8_0": 8, "GGML_TYPE_Q8_1": 9}
 
 
 class ggml_init_params(ctypes.Structure):  # noqa: N801 - ggml's name; ggml_init takes it by value
