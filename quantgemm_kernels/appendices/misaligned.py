@@ -36,7 +36,7 @@ from .. import formats as F
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS_DIR = ROOT / "bench_results" / "appendix_b"
 
-#: mode name -> the integer the CUDA launcher takes (csrc/cuda/misaligned_demo.h)
+#: mode name -> the integer the CUDA launcher takes (csrc/appendix_b/misaligned_demo.h)
 MODES = {"naive": 0, "two_halves": 1, "bytes": 2, "repacked_b4": 3, "repacked_b16": 4}
 
 #: what each mode does to get one block's 16 quant bytes into registers

@@ -54,7 +54,7 @@ void conv1d_silu_int8_cpu(const Conv1dSiluProblem& p, int64_t row_begin, int64_t
 
 #if defined(WITH_CUDA) || defined(__CUDACC__)
 #include <cuda_runtime.h>
-// cuda/conv1d_silu_int8.cu: one thread per output element, on the given stream.
+// appendix_c/conv1d_silu_int8.cu: one thread per output element, on the given stream.
 void conv1d_silu_int8_cuda(const Conv1dSiluProblem& p, cudaStream_t stream);
 #endif
 
