@@ -40,6 +40,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .registry import KERNELS
+
 #: batch sizes of a model's life: decode (1-8), speculative decoding and batched serving (16-256),
 #: prefill (512-4096)
 N_SWEEP = (1, 2, 3, 4, 5, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
@@ -628,8 +630,9 @@ def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     formats = [f for f in args.formats.split(",") if f]
     for f in formats:
-        if f not in ("q4_0", "q8_0"):
-            raise SystemExit(f"--formats: {f!r} is not a weight format with chapter-6 kernels (q4_0, q8_0)")
+        if not any(k.wfmt == f and k.device == "cuda" and k.fused_quant for k in KERNELS.values()):
+            have = sorted({k.wfmt for k in KERNELS.values() if k.device == "cuda" and k.fused_quant})
+            raise SystemExit(f"--formats: {f!r} has no kernel taking float32 activations ({', '.join(have)} have)")
     try:
         shapes, ns = _parse_shapes(args.shapes), _parse_ns(args.n)
     except ValueError as e:
