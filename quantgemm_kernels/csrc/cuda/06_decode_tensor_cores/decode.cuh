@@ -335,18 +335,21 @@ void launch_tokens(int T, const ActSource& src, const typename WF::block* W, flo
 template <class WF, class Acts>
 void gemm_q8_1_decode(const GemmProblem& p, cudaStream_t stream) {
     const int nb_total = p.K / QK, nu_total = (nb_total + UNIT - 1) / UNIT;
-    // K chunk: as many whole units as fit in shared memory for a full pass of MAX_T tokens; an
-    // even number, so that every chunk's (d, s) pairs start 16-byte aligned.
-    const int budget = device_info().smem_optin -
-                       (int)DecodeSmem(0, 0, Unit<WF>::VECS, decode_stages(MAX_T, Unit<WF>::VECS)).total - 16 - 8 * MAX_T;
-    const int chunk_units = std::max(2, budget / (MAX_T * SMEM_PER_TOKEN_UNIT) / 2 * 2);
-    const int chunk = std::min(nb_total, chunk_units * UNIT);
+    // K chunk of a pass of T tokens: as many whole units as fit in shared memory beside that pass's
+    // weight ring; an even number, so that every chunk's (d, s) pairs start 16-byte aligned. (Sized
+    // for the pass's own T: sized for 8 tokens, Q4_1's larger ring split K = 14336 in two passes.)
+    auto chunk_for = [&](int T) {
+        const int budget = device_info().smem_optin -
+                           (int)DecodeSmem(0, 0, Unit<WF>::VECS, decode_stages(T, Unit<WF>::VECS)).total - 16 - 8 * T;
+        const int chunk_units = std::max(2, budget / (T * SMEM_PER_TOKEN_UNIT) / 2 * 2);
+        return std::min(nb_total, chunk_units * UNIT);
+    };
     const float* A = (const float*)p.A;
     int4* img_qs = (int4*)p.workspace;
     float2* img_ds = (float2*)(img_qs + (size_t)p.N * nu_total * A_UNIT_VECS);
     Acts::prepare(p, img_qs, img_ds, nb_total, nu_total, stream);
     for (int n0 = 0; n0 < p.N; n0 += MAX_T) {
-        const int T = std::min(MAX_T, p.N - n0);
+        const int T = std::min(MAX_T, p.N - n0), chunk = chunk_for(T);
         const ActSource src{A + (int64_t)n0 * p.K, img_qs + (size_t)n0 * nu_total * A_UNIT_VECS,
                             img_ds + (size_t)n0 * ds_pitch(nu_total), nu_total};
         for (int kb0 = 0; kb0 < nb_total; kb0 += chunk)
