@@ -84,7 +84,7 @@ WGMMA = [k for k in qk.KERNELS.values() if "wgmma" in k.name]
                          ids=lambda v: str(v))
 def test_wgmma_equals_mma_bit_for_bit(kernel, dist, M, N, K):
     """The wgmma steps compute every product and rounding of the mma step (the offset 2^19 and the
-    scaled constants only move the exponent, see q4_0_q8_1_wgmma.cu), so the outputs are identical."""
+    scaled constants only move the exponent, see 06_decode_tensor_cores/6_wgmma.cu), so the outputs are identical."""
     from quantgemm_kernels.testing import kernel_inputs
 
     k = qk.KERNELS[kernel]
