@@ -43,6 +43,7 @@ struct w_q8_0 {
     static inline scales scales_of(const block& b) { return {fp16_to_fp32(b.d)}; }
 };
 
+// [excerpt: block_result]
 // One block's contribution, from the integer dot product and the scales.
 template <class WF>
 inline float block_result(const typename WF::scales& w, float d_a, float s_a, int sumi) {
@@ -56,7 +57,9 @@ inline float block_result(const typename WF::scales& w, float d_a, float s_a, in
 // [end excerpt: weight_formats]
     }
 }
+// [end excerpt: block_result]
 
+// [excerpt: w_q4_1]
 // Chapter 7: Q4_1, the nibbles of Q4_0 with a min instead of an offset.
 struct w_q4_1 {
     using block = block_q4_1;
@@ -67,6 +70,7 @@ struct w_q4_1 {
     struct scales { float d, m; };
     static inline scales scales_of(const block& b) { return {fp16_to_fp32(b.d), fp16_to_fp32(b.m)}; }
 };
+// [end excerpt: w_q4_1]
 
 // The steps of chapter 4. Each computes C columns [m_begin, m_end), as every CPU kernel does.
 template <class WF> void gemm_q8_1_naive(const GemmProblem& p, int m_begin, int m_end);
