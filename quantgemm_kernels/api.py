@@ -274,7 +274,10 @@ class QTensor:
 #:     kernel keeps the lead longer when W has few 128-row tiles for the GPU's SMs.
 #:   * 8.x: the same with the mma.sync kernel; older GPUs: chapter 4's vectorised DP4A kernel.
 #: On the CPU: chapter 4's SIMD kernel (f32 weights: chapter 1's blocked kernel).
-#: Chapter 6 draws where these choices lose against the recorded sweeps.
+#: The two thresholds below are read off the H200 sweep in
+#: bench_results/nvidia-h200/2026-11-24/sweep-092633.json (our kernels, cold): with 32 row tiles
+#: (M = 4096) the decode kernel stays ahead of wgmma_ws to N = 32, with 112 (M = 14336) to N = 5.
+#: Between the measured N they are a choice, not a measurement.
 DECODE_MAX_N_FEW_TILES = 16  # N up to which the decode kernel runs when M/128 < SMs/2
 DECODE_MAX_N = 4  # otherwise
 
