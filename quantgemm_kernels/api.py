@@ -276,7 +276,8 @@ class QTensor:
 #: On the CPU: chapter 4's SIMD kernel (f32 weights: chapter 1's blocked kernel).
 #: The two thresholds below are read off the H200 sweep in
 #: bench_results/nvidia-h200/2026-11-24/sweep-092633.json (our kernels, cold): with 32 row tiles
-#: (M = 4096) the decode kernel stays ahead of wgmma_ws to N = 32, with 112 (M = 14336) to N = 5.
+#: (M = 4096) the decode kernel stays ahead of wgmma_ws to N = 16 (K = 4096) or 32 (K = 14336), with
+#: 112 (M = 14336, K = 4096) to N = 5.
 #: Between the measured N they are a choice, not a measurement.
 DECODE_MAX_N_FEW_TILES = 16  # N up to which the decode kernel runs when M/128 < SMs/2
 DECODE_MAX_N = 4  # otherwise
