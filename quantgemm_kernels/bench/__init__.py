@@ -19,7 +19,7 @@ One module per job, every name below importable from here:
 """
 from .ceilings import measure_ceilings
 from .cli import main
-from .machine import (BUSY_LOAD_PER_CPU, ROOT, _cores_in_cpuinfo, cpu_model, cpu_name, git_commit, host_load,
+from .machine import (BUSY_LOAD_PER_CPU, ROOT, _cores_in_cpuinfo as _cores_in_cpuinfo, cpu_model, cpu_name, git_commit, host_load,
                       machine_name, machine_slug, physical_cores)
 from .results import (COLUMNS, Row, cold_warm_table, format_table, load_results, make_header, read_json,
                       write_csv, write_json, write_results)
