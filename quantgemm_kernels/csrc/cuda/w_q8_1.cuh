@@ -88,15 +88,15 @@ struct w_q4_1 {
 template <class WF> constexpr bool has_min = false;  // whether a block stores a min m after d
 template <> constexpr bool has_min<w_q4_1> = true;
 
-// One Q4_1 block: d_w d_a sumi + m_w s_a, as llama.cpp's vec_dot_q4_1_q8_1_impl (s_a = sum(x) there).
-__device__ __forceinline__ float block_result_min(float d_w, float m_w, float d_a, float s_a, int sumi) {
-    return (float)sumi * (d_w * d_a) + m_w * s_a;
-}
-
-// One block's contribution, from the integer dot product and the three scales.
+// One block's contribution, from the integer dot product and the three scales (and the weight
+// block's min m_w, for formats that have one).
 template <class WF>
-__device__ __forceinline__ float block_result(float d_w, float d_a, float s_a, int sumi) {
-    if constexpr (WF::offset == 0) {
+__device__ __forceinline__ float block_result(float d_w, float d_a, float s_a, int sumi, float m_w = 0.0f) {
+    if constexpr (has_min<WF>) {
+        // Q4_1 (chapter 7): d_w d_a sumi + m_w s_a, as llama.cpp's vec_dot_q4_1_q8_1_impl (s_a = sum(x) there)
+        return (float)sumi * (d_w * d_a) + m_w * s_a;
+    } else if constexpr (WF::offset == 0) {
+        (void)m_w;
         (void)s_a;  // not needed; it may even be inf (an fp16 overflow of a huge block's sum)
         return d_w * (d_a * (float)sumi);
     } else {

@@ -69,22 +69,15 @@ inline float hsum(fvec v) {
 template <class WF> struct simd_w;
 template <> struct simd_w<w_q4_0> {
     // 16 bytes -> 32 nibbles in element order: low halves are elements 0..15, high halves 16..31.
-    // The block sits at a 2-byte boundary; x86 unaligned loads do not care.
-    static inline qvec load(const block_q4_0& b) {
+    // The block sits at a 2-byte boundary; x86 unaligned loads do not care. (Q4_1's blocks too.)
+    template <class B> static inline qvec load(const B& b) {
         const __m128i x = _mm_loadu_si128((const __m128i*)b.qs);
         const __m256i both = _mm256_set_m128i(_mm_srli_epi16(x, 4), x);
         return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
     }
     static inline ivec dot(qvec w, qvec a) { return dot_u8s8(w, a); }  // nibbles are unsigned
 };
-template <> struct simd_w<w_q4_1> {  // Q4_1's nibbles: Q4_0's layout, unsigned, fed as they are
-    static inline qvec load(const block_q4_1& b) {
-        const __m128i x = _mm_loadu_si128((const __m128i*)b.qs);
-        const __m256i both = _mm256_set_m128i(_mm_srli_epi16(x, 4), x);
-        return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
-    }
-    static inline ivec dot(qvec w, qvec a) { return dot_u8s8(w, a); }
-};
+template <> struct simd_w<w_q4_1> : simd_w<w_q4_0> {};  // Q4_1's nibbles: Q4_0's layout, unsigned
 template <> struct simd_w<w_q8_0> {
     static inline qvec load(const block_q8_0& b) { return _mm256_loadu_si256((const __m256i*)b.qs); }
     // w * a = |w| * (a * sign(w)): the unsigned operand is |w|, the sign moves to a.

@@ -96,8 +96,7 @@ __device__ __forceinline__ void block_times_tokens(const int* v, float d_w, floa
             sumi = __dp4a(lo[i], a[i], sumi);
             sumi = __dp4a(hi[i], a[i + 4], sumi);
         }
-        if constexpr (has_min<WF>) acc[t] += block_result_min(d_w, m_w, ds.x, ds.y, sumi);  // Q4_1
-        else acc[t] += block_result<WF>(d_w, ds.x, ds.y, sumi);
+        acc[t] += block_result<WF>(d_w, ds.x, ds.y, sumi, m_w);
     }
 }
 
