@@ -15,13 +15,23 @@ Public API (chapters, tests and benchmarks use these names):
 The C++/CUDA sources compile on first use (not at import) into ``~/.cache/quantgemm_kernels``.
 The appendices' code lives apart, in :mod:`quantgemm_kernels.appendices`.
 """
+
 from . import formats, reference
 from .reference import nmse
 from .registry import KERNELS, Kernel, kernels
 
 # The torch-facing names load on first use, so that the numpy spec imports without torch.
-_API = ("QTensor", "cuda_kernels_built", "dequantize", "gemm", "gemm_quantized", "linear", "pick_kernel",
-        "quantize", "validate_blocks")
+_API = (
+    "QTensor",
+    "cuda_kernels_built",
+    "dequantize",
+    "gemm",
+    "gemm_quantized",
+    "linear",
+    "pick_kernel",
+    "quantize",
+    "validate_blocks",
+)
 
 __all__ = ["KERNELS", "Kernel", "formats", "kernels", "nmse", "reference", *_API]
 

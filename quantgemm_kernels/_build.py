@@ -30,6 +30,7 @@ What this adds to a bare ``load()`` call, and why:
   (:func:`object_safe_sources`); the compiler still reports, and the cache key still hashes, the file itself.
 * **One status line** while compiling, and a clear message when no compiler is found.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -61,10 +62,17 @@ class Extension(NamedTuple):
 
 
 CORE = Extension("core", "quantgemm", ("bindings.cpp", "cpu/**/*.cpp"), ("cuda/**/*.cu",))
-APPENDIX_B = Extension("appendix_b", "quantgemm_appendix_b", ("appendix_b/*.cpp",), ("appendix_b/*.cu",),
-                       cuda_only=True, title="appendix B kernels")
-APPENDIX_C = Extension("appendix_c", "quantgemm_appendix_c", ("appendix_c/*.cpp",), ("appendix_c/*.cu",),
-                       title="appendix C kernels")
+APPENDIX_B = Extension(
+    "appendix_b",
+    "quantgemm_appendix_b",
+    ("appendix_b/*.cpp",),
+    ("appendix_b/*.cu",),
+    cuda_only=True,
+    title="appendix B kernels",
+)
+APPENDIX_C = Extension(
+    "appendix_c", "quantgemm_appendix_c", ("appendix_c/*.cpp",), ("appendix_c/*.cu",), title="appendix C kernels"
+)
 
 
 def cache_root() -> Path:
@@ -128,8 +136,13 @@ def build_config(with_cuda: bool, ext: Extension = CORE) -> dict:
         cuda_flags.append("-DWITH_CUDA")
         if "9.0a" in {a.split("+")[0] for a in arch_list.replace(" ", ";").split(";")}:
             cuda_flags.append("-DQG_HAS_SM90A")  # the wgmma kernels have code (else their launchers refuse)
-    return {"sources": sources, "cflags": cflags, "cuda_flags": cuda_flags, "with_cuda": with_cuda,
-            "arch_list": arch_list}
+    return {
+        "sources": sources,
+        "cflags": cflags,
+        "cuda_flags": cuda_flags,
+        "with_cuda": with_cuda,
+        "arch_list": arch_list,
+    }
 
 
 def _cuda_arch_list() -> str:
@@ -211,8 +224,11 @@ def build_extension(ext: Extension) -> dict:
 
     with_cuda = cuda_build_possible()
     if ext.cuda_only and not with_cuda:
-        why = ("QUANTGEMM_NO_CUDA=1 is set" if os.environ.get("QUANTGEMM_NO_CUDA") == "1"
-               else "it needs a CUDA GPU, a CUDA build of PyTorch and nvcc")
+        why = (
+            "QUANTGEMM_NO_CUDA=1 is set"
+            if os.environ.get("QUANTGEMM_NO_CUDA") == "1"
+            else "it needs a CUDA GPU, a CUDA build of PyTorch and nvcc"
+        )
         raise RuntimeError(f"quantgemm_kernels: the {ext.title} are CUDA only and cannot be built here ({why})")
     cfg = build_config(with_cuda, ext)
     tag = build_tag(cfg, ext)
@@ -306,8 +322,12 @@ def _compile(cfg: dict, name: str, build_dir: Path, with_cuda: bool, what: str) 
     from torch.utils.cpp_extension import load
 
     os.environ.setdefault("MAX_JOBS", str(os.cpu_count() or 1))
-    print(f"quantgemm_kernels: compiling the {what} (first use after a source change) ...",
-          end="", file=sys.stderr, flush=True)
+    print(
+        f"quantgemm_kernels: compiling the {what} (first use after a source change) ...",
+        end="",
+        file=sys.stderr,
+        flush=True,
+    )
     t0 = time.perf_counter()
     saved_arch = os.environ.get("TORCH_CUDA_ARCH_LIST")
     if cfg.get("arch_list"):

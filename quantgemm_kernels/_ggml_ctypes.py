@@ -7,6 +7,7 @@ Only those functions are bound, with the signatures of ggml 0.25's headers (``in
 ``ggml-alloc.h``, ``ggml-backend.h``, ``ggml-cpu.h``, ``ggml-cuda.h``); ``llamacpp`` reaches the type
 traits through the libraries itself (``_c_function``), as it does for the packages.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -20,7 +21,14 @@ from pathlib import Path
 PACKAGE = "ggml (standalone build, ctypes)"
 
 #: enum ggml_type (ggml.h), the values llamacpp uses
-TYPES = {"GGML_TYPE_F32": 0, "GGML_TYPE_F16": 1, "GGML_TYPE_Q4_0": 2, "GGML_TYPE_Q4_1": 3, "GGML_TYPE_Q8_0": 8, "GGML_TYPE_Q8_1": 9}
+TYPES = {
+    "GGML_TYPE_F32": 0,
+    "GGML_TYPE_F16": 1,
+    "GGML_TYPE_Q4_0": 2,
+    "GGML_TYPE_Q4_1": 3,
+    "GGML_TYPE_Q8_0": 8,
+    "GGML_TYPE_Q8_1": 9,
+}
 
 
 class ggml_init_params(ctypes.Structure):  # noqa: N801 - ggml's name; ggml_init takes it by value

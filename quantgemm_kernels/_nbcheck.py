@@ -8,6 +8,7 @@ A cell draws when its source calls a plotting helper (``plot_...(``, ``draw_...(
 (``plt.subplots``, ``plt.figure``) or shows an image (``.imshow(``); a cell that only defines a
 function (its source starts with ``def ``) draws nothing itself.
 """
+
 from __future__ import annotations
 
 import re

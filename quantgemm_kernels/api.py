@@ -4,6 +4,7 @@ Every function checks its inputs here, before anything is compiled or launched, 
 ``TypeError`` (wrong dtype or type) or ``ValueError`` (wrong device, shape, K, layout, name) that
 names the argument, what was expected and what came. The compiled operators check again.
 """
+
 from __future__ import annotations
 
 import math
@@ -56,8 +57,10 @@ def _check_k(K: int, name: str, block_size: int = F.QK) -> None:
 
 def _check_device(t: torch.Tensor, name: str) -> None:
     if t.device.type == "cuda" and not cuda_kernels_built():
-        raise ValueError(f"{name} is on {t.device} but the CUDA kernels are not built here "
-                         "(no nvcc/CUDA torch, or QUANTGEMM_NO_CUDA=1); move it to the CPU")
+        raise ValueError(
+            f"{name} is on {t.device} but the CUDA kernels are not built here "
+            "(no nvcc/CUDA torch, or QUANTGEMM_NO_CUDA=1); move it to the CPU"
+        )
 
 
 def quantize(x: torch.Tensor, fmt: str, *, q8_1_sum: str = "d_sum_q", check_finite: bool = True) -> torch.Tensor:
@@ -80,14 +83,22 @@ def quantize(x: torch.Tensor, fmt: str, *, q8_1_sum: str = "d_sum_q", check_fini
         if not math.isfinite(amax):
             raise ValueError("x contains NaN or Inf: llama.cpp's quantizers give undefined bytes for them")
         if amax / f.scale_div > _FP16_MAX:
-            warnings.warn(f"max |x| = {amax:.3g}: the {fmt} scale overflows fp16 and is stored as inf "
-                          "(as llama.cpp stores it); those blocks dequantize to inf/nan", RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"max |x| = {amax:.3g}: the {fmt} scale overflows fp16 and is stored as inf "
+                "(as llama.cpp stores it); those blocks dequantize to inf/nan",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         elif "s" in f.header:
             # s (d*sum(q) or sum(x)) is about the block's sum: it overflows fp16 long before d does
             block_sum = float(x.reshape(-1, f.block_size).sum(dim=1).abs().max())
             if block_sum > 0.99 * _FP16_MAX:
-                warnings.warn(f"a Q8_1 block sums to {block_sum:.3g}: its s field overflows fp16 and is stored "
-                              "as inf (as llama.cpp stores it); GEMMs using it give inf", RuntimeWarning, stacklevel=2)
+                warnings.warn(
+                    f"a Q8_1 block sums to {block_sum:.3g}: its s field overflows fp16 and is stored "
+                    "as inf (as llama.cpp stores it); GEMMs using it give inf",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
     return _ops().quantize(x, fmt, _SUM_MODE[q8_1_sum])
 
 
@@ -96,8 +107,9 @@ def dequantize(q: torch.Tensor, fmt: str) -> torch.Tensor:
     _check_tensor(q, "q", torch.uint8)
     f = _check_fmt(fmt)
     if q.shape[1] == 0 or q.shape[1] % f.block_bytes:
-        raise ValueError(f"q: a row of {q.shape[1]} bytes is not a whole number of {fmt} blocks "
-                         f"({f.block_bytes} B each)")
+        raise ValueError(
+            f"q: a row of {q.shape[1]} bytes is not a whole number of {fmt} blocks ({f.block_bytes} B each)"
+        )
     _check_device(q, "q")
     return _ops().dequantize(q, fmt)
 
@@ -115,8 +127,10 @@ def validate_blocks(q: torch.Tensor, fmt: str) -> None:
     bad = (header >= 0x7C00).any(dim=1)  # fp16 exponent all ones: inf or NaN
     if bool(bad.any()):
         i = int(bad.nonzero()[0, 0])
-        raise ValueError(f"q: block {i} (row {i // (q.shape[1] // bb)}) has a non-finite scale; "
-                         "llama.cpp's ggml_validate_row_data rejects such data too")
+        raise ValueError(
+            f"q: block {i} (row {i // (q.shape[1] // bb)}) has a non-finite scale; "
+            "llama.cpp's ggml_validate_row_data rejects such data too"
+        )
 
 
 def _kernel(kernel) -> Kernel:
@@ -136,8 +150,10 @@ def _check_operand(t, name: str, fmt: str) -> int:
         _check_tensor(t, name, torch.uint8)
         f = F.SPECS[fmt]
         if t.shape[1] % f.block_bytes:
-            raise ValueError(f"{name}: a row of {t.shape[1]} bytes is not a whole number of {fmt} blocks "
-                             f"({f.block_bytes} B each); pass the output of quantize(W, {fmt!r})")
+            raise ValueError(
+                f"{name}: a row of {t.shape[1]} bytes is not a whole number of {fmt} blocks "
+                f"({f.block_bytes} B each); pass the output of quantize(W, {fmt!r})"
+            )
         K = t.shape[1] // f.block_bytes * f.block_size
     # f32 operands: K a multiple of 32 as well, the tile every kernel of the course steps K by
     _check_k(K, name, F.QK if fmt == "f32" else F.SPECS[fmt].block_size)
@@ -166,8 +182,10 @@ def _check_pair(A, W, k: Kernel, afmt: str) -> None:
     if k.device == "cuda":
         for t, name in ((A, "A"), (W, "W")):
             if t.data_ptr() % 16:
-                raise ValueError(f"{name}'s data must start on a 16-byte boundary for the CUDA kernels "
-                                 "(it is a view at an offset): pass a .clone()")
+                raise ValueError(
+                    f"{name}'s data must start on a 16-byte boundary for the CUDA kernels "
+                    "(it is a view at an offset): pass a .clone()"
+                )
 
 
 def _check_sm(A: torch.Tensor, k: Kernel) -> None:
@@ -175,10 +193,13 @@ def _check_sm(A: torch.Tensor, k: Kernel) -> None:
         return
     cc = ".".join(map(str, torch.cuda.get_device_capability(A.device)))
     if k.min_sm == k.max_sm:
-        raise ValueError(f"kernel {k.name!r} runs on compute capability {k.min_sm[0]}.{k.min_sm[1]} only "
-                         f"(arch-specific code), {A.device} is {cc}")
-    raise ValueError(f"kernel {k.name!r} needs compute capability {k.min_sm[0]}.{k.min_sm[1]} or newer, "
-                     f"{A.device} is {cc}")
+        raise ValueError(
+            f"kernel {k.name!r} runs on compute capability {k.min_sm[0]}.{k.min_sm[1]} only "
+            f"(arch-specific code), {A.device} is {cc}"
+        )
+    raise ValueError(
+        f"kernel {k.name!r} needs compute capability {k.min_sm[0]}.{k.min_sm[1]} or newer, {A.device} is {cc}"
+    )
 
 
 def gemm(A: torch.Tensor, W: torch.Tensor, kernel: str, *, q8_1_sum: str | None = None) -> torch.Tensor:
@@ -206,8 +227,10 @@ def gemm(A: torch.Tensor, W: torch.Tensor, kernel: str, *, q8_1_sum: str | None 
     mode = q8_1_sum or k.q8_1_sum
     if k.afmt == "f32" or k.fused_quant:
         if mode != "d_sum_q" and not k.sum_x:
-            raise ValueError(f"kernel {k.name!r} quantizes A with the reference quantizer (s = d * sum(q)) "
-                             "and has no sum_x mode (the registry's sum_x says which kernels have one)")
+            raise ValueError(
+                f"kernel {k.name!r} quantizes A with the reference quantizer (s = d * sum(q)) "
+                "and has no sum_x mode (the registry's sum_x says which kernels have one)"
+            )
         _check_pair(A, W, k, "f32")
         _check_sm(A, k)
         return _ops().gemm(A, W, k.name, _SUM_MODE[mode])

@@ -22,6 +22,7 @@ ambiguous); a file that moved to another folder of ``csrc/`` is still found by i
 printed relative to the package (``csrc/cuda/06_decode_tensor_cores/mma.cuh``), so no machine's
 directory reaches a notebook.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -89,8 +90,9 @@ def source_path(source) -> Path:
         return hits[0]
     if not hits:
         raise ExcerptError(f"no source file {path.as_posix()!r} under {rel(CSRC)}/")
-    raise ExcerptError(f"{path.as_posix()!r} is ambiguous under {rel(CSRC)}/: {[rel(h) for h in hits]}; "
-                       "give a longer path")
+    raise ExcerptError(
+        f"{path.as_posix()!r} is ambiguous under {rel(CSRC)}/: {[rel(h) for h in hits]}; give a longer path"
+    )
 
 
 def is_marker(line: str) -> bool:
@@ -122,8 +124,10 @@ def markers(source) -> dict[str, tuple[int, int]]:
             start = open_at.pop(name)
             found[name] = (start + 1, n - 1)
         else:
-            raise ExcerptError(f"{rel(path)}:{n}: malformed excerpt marker {line.strip()!r}; "
-                               "expected '// [excerpt: name]' or '// [end excerpt: name]' on a line of its own")
+            raise ExcerptError(
+                f"{rel(path)}:{n}: malformed excerpt marker {line.strip()!r}; "
+                "expected '// [excerpt: name]' or '// [end excerpt: name]' on a line of its own"
+            )
     if open_at:
         name, n = next(iter(open_at.items()))
         raise ExcerptError(f"{rel(path)}:{n}: excerpt {name!r} is never closed ('// [end excerpt: {name}]')")
@@ -139,10 +143,12 @@ def excerpt(source, name: str) -> Excerpt:
     found = markers(path)
     if name not in found:
         have = ", ".join(sorted(found)) or "none"
-        raise ExcerptError(f"{rel(path)} has no excerpt {name!r} (markers '// [excerpt: {name}]' ... "
-                           f"'// [end excerpt: {name}]'); its excerpts: {have}")
+        raise ExcerptError(
+            f"{rel(path)} has no excerpt {name!r} (markers '// [excerpt: {name}]' ... "
+            f"'// [end excerpt: {name}]'); its excerpts: {have}"
+        )
     first, last = found[name]
-    lines = path.read_text().splitlines()[first - 1:last]
+    lines = path.read_text().splitlines()[first - 1 : last]
     return Excerpt(path, name, first, last, "\n".join(line for line in lines if not is_marker(line)))
 
 

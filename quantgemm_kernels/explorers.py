@@ -21,6 +21,7 @@ The explorers of the chapters:
 * :func:`bench_explorer` (chapters 1, 3 and 4): speedups over a baseline kernel per shape, from
   :mod:`quantgemm_kernels.bench` rows (chapter 1: the FP32 ladder against torch).
 """
+
 from __future__ import annotations
 
 import html
@@ -52,15 +53,25 @@ GEMM_WEIGHT_FORMATS = ("q4_0", "q4_1", "q8_0")
 GEMM_ACT_FORMATS = ("f32", "q8_0", "q8_1")
 GEMM_KS = (256, 1024, 4096, 14336)
 
-_PLOTLY_CONFIG = {"displaylogo": False, "responsive": True,
-                  "modeBarButtonsToRemove": ["select2d", "lasso2d", "autoScale2d"]}
-_SIDE_COLORS = {"ours": "#1f77b4", "llama.cpp": "#d62728", "cuBLAS fp16": "#2ca02c", "cuBLASLt int8": "#7f7f7f",
-                "limit": "#000000"}
-_LOADER = ('(function(){if(window.QGExplorers){window.QGExplorers.mountAll();return;}'
-           'var r=document.documentElement.getAttribute("data-content_root");'
-           'if(r===null||document.querySelector("script[data-qg-explorers]"))return;'
-           'var s=document.createElement("script");s.src=r+"_static/explorers/explorer.js";'
-           's.setAttribute("data-qg-explorers","");document.head.appendChild(s);})();')
+_PLOTLY_CONFIG = {
+    "displaylogo": False,
+    "responsive": True,
+    "modeBarButtonsToRemove": ["select2d", "lasso2d", "autoScale2d"],
+}
+_SIDE_COLORS = {
+    "ours": "#1f77b4",
+    "llama.cpp": "#d62728",
+    "cuBLAS fp16": "#2ca02c",
+    "cuBLASLt int8": "#7f7f7f",
+    "limit": "#000000",
+}
+_LOADER = (
+    "(function(){if(window.QGExplorers){window.QGExplorers.mountAll();return;}"
+    'var r=document.documentElement.getAttribute("data-content_root");'
+    'if(r===null||document.querySelector("script[data-qg-explorers]"))return;'
+    'var s=document.createElement("script");s.src=r+"_static/explorers/explorer.js";'
+    's.setAttribute("data-qg-explorers","");document.head.appendChild(s);})();'
+)
 
 
 def _r(x: float | None, digits: int = 4) -> float | None:
@@ -89,6 +100,7 @@ class Explorer:
     ``missing``. ``layout`` is shared by every view; a view's layout is laid over it.
     ``live``: a function returning the ipywidgets explorer for Jupyter, or None.
     """
+
     title: str
     controls: list[dict]
     views: dict[str, dict]
@@ -100,8 +112,9 @@ class Explorer:
 
     def key(self, *values) -> str:
         if len(values) != len(self.controls):
-            raise ValueError(f"{len(self.controls)} controls ({[c['name'] for c in self.controls]}), "
-                             f"got {len(values)} values")
+            raise ValueError(
+                f"{len(self.controls)} controls ({[c['name'] for c in self.controls]}), got {len(values)} values"
+            )
         return "|".join(str(v) for v in values)
 
     def view(self, **values) -> dict | None:
@@ -112,28 +125,40 @@ class Explorer:
         return self.views.get(self.key(*(values.get(c["name"], c["value"]) for c in self.controls)))
 
     def spec(self) -> dict:
-        return {"title": self.title, "controls": self.controls, "views": self.views, "layout": self.layout,
-                "missing": self.missing, "config": _PLOTLY_CONFIG}
+        return {
+            "title": self.title,
+            "controls": self.controls,
+            "views": self.views,
+            "layout": self.layout,
+            "missing": self.missing,
+            "config": _PLOTLY_CONFIG,
+        }
 
     def to_html(self) -> str:
         """The figure for the page: its data as JSON, and the loader of the book's explorer script."""
         data = json.dumps(self.spec(), separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
-        fallback = html.escape(self.fallback or f"{self.title}: this interactive figure is drawn by the "
-                               "book's scripts (in the built book); in Jupyter, run the cell.")
-        return (f'<div class="qg-explorer" id="qg-explorer-{uuid.uuid4().hex[:12]}">'
-                '<div class="qg-controls" style="display:flex;flex-wrap:wrap;gap:0.3em 1.2em;'
-                'font-size:0.9em;margin-bottom:0.3em"></div>'
-                f'<div class="qg-plot" style="width:100%;height:{int(self.height)}px"></div>'
-                '<div class="qg-note" style="font-size:0.8em;color:#555"></div>'
-                f'<p class="qg-fallback"><em>{fallback}</em></p>'
-                f'<script type="application/json" class="qg-explorer-data">{data}</script>'
-                f'</div><script>{_LOADER}</script>')
+        fallback = html.escape(
+            self.fallback
+            or f"{self.title}: this interactive figure is drawn by the "
+            "book's scripts (in the built book); in Jupyter, run the cell."
+        )
+        return (
+            f'<div class="qg-explorer" id="qg-explorer-{uuid.uuid4().hex[:12]}">'
+            '<div class="qg-controls" style="display:flex;flex-wrap:wrap;gap:0.3em 1.2em;'
+            'font-size:0.9em;margin-bottom:0.3em"></div>'
+            f'<div class="qg-plot" style="width:100%;height:{int(self.height)}px"></div>'
+            '<div class="qg-note" style="font-size:0.8em;color:#555"></div>'
+            f'<p class="qg-fallback"><em>{fallback}</em></p>'
+            f'<script type="application/json" class="qg-explorer-data">{data}</script>'
+            f"</div><script>{_LOADER}</script>"
+        )
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         n = len(self.views)
-        bundle = {"text/plain": f"Explorer({self.title!r}: {n} views over "
-                                f"{', '.join(c['name'] for c in self.controls)})",
-                  "text/html": self.to_html()}
+        bundle = {
+            "text/plain": f"Explorer({self.title!r}: {n} views over {', '.join(c['name'] for c in self.controls)})",
+            "text/html": self.to_html(),
+        }
         if self.live is not None and _in_kernel():  # Jupyter shows the live explorer; the book, the HTML
             self._widget = self.live()
             view = self._widget._repr_mimebundle_()
@@ -165,6 +190,7 @@ def _pyplot():
 # Chapter 2: the error of a quantized GEMM
 # --------------------------------------------------------------------------------------------
 
+
 def gemm_operands(dist: str, M: int, N: int, K: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Weights ``W [M, K]`` and activations ``A [N, K]``, float32, both drawn from ``dist`` (a key
     of :data:`GEMM_DISTRIBUTIONS`), seeded."""
@@ -192,8 +218,15 @@ def quantized_product(A: np.ndarray, W: np.ndarray, wfmt: str, afmt: str) -> np.
     return R.gemm_f32(F.dequantize(F.quantize(A, afmt), afmt), F.dequantize(Wq, wfmt))
 
 
-def gemm_nmse_grid(wfmts=GEMM_WEIGHT_FORMATS, afmts=GEMM_ACT_FORMATS, dists=tuple(GEMM_DISTRIBUTIONS),
-                   Ks=GEMM_KS, M: int = 128, N: int = 16, seed: int = 0) -> dict[tuple, float]:
+def gemm_nmse_grid(
+    wfmts=GEMM_WEIGHT_FORMATS,
+    afmts=GEMM_ACT_FORMATS,
+    dists=tuple(GEMM_DISTRIBUTIONS),
+    Ks=GEMM_KS,
+    M: int = 128,
+    N: int = 16,
+    seed: int = 0,
+) -> dict[tuple, float]:
     """NMSE of :func:`quantized_product` against the float64 product of the unquantized operands,
     ``{(wfmt, afmt, dist, K): nmse}``. Seconds on two cores at the defaults."""
     out = {}
@@ -219,36 +252,79 @@ def gemm_nmse_explorer(grid: dict | None = None, M: int = 128, N: int = 16, seed
     afmts = list(dict.fromkeys(k[1] for k in grid))
     dists = list(dict.fromkeys(k[2] for k in grid))
     Ks = sorted({k[3] for k in grid})
-    controls = [_control("wfmt", "weights", [(f, _fmt_label(f)) for f in wfmts]),
-                _control("afmt", "activations", [(f, _fmt_label(f)) for f in afmts], "q8_1" if "q8_1" in afmts else None),
-                _control("dist", "data", dists)]
+    controls = [
+        _control("wfmt", "weights", [(f, _fmt_label(f)) for f in wfmts]),
+        _control("afmt", "activations", [(f, _fmt_label(f)) for f in afmts], "q8_1" if "q8_1" in afmts else None),
+        _control("dist", "data", dists),
+    ]
     views = {}
     for wfmt, afmt, dist in itertools.product(wfmts, afmts, dists):
         traces = []
         for w2, a2 in itertools.product(wfmts, afmts):
             if (w2, a2) == (wfmt, afmt):
                 continue
-            traces.append({"type": "scatter", "mode": "lines", "x": Ks,
-                           "y": [_r(grid.get((w2, a2, dist, K))) for K in Ks],
-                           "name": f"{_fmt_label(w2)} x {_fmt_label(a2)}", "showlegend": False,
-                           "line": {"color": "#c8c8c8", "width": 1}, "hoverinfo": "name+y"})
-        traces.append({"type": "scatter", "mode": "lines+markers", "x": Ks,
-                        "y": [_r(grid.get((wfmt, afmt, dist, K))) for K in Ks],
-                        "name": f"{_fmt_label(wfmt)} weights x {_fmt_label(afmt)} activations",
-                        "line": {"color": "#1f77b4", "width": 3}, "marker": {"size": 8}})
-        traces.append({"type": "scatter", "mode": "lines", "x": [Ks[0], Ks[-1]],
-                       "y": [LLAMACPP_MUL_MAT_NMSE] * 2, "name": "llama.cpp MUL_MAT threshold (5e-4)",
-                       "line": {"color": "#d62728", "dash": "dash", "width": 1.5}})
+            traces.append(
+                {
+                    "type": "scatter",
+                    "mode": "lines",
+                    "x": Ks,
+                    "y": [_r(grid.get((w2, a2, dist, K))) for K in Ks],
+                    "name": f"{_fmt_label(w2)} x {_fmt_label(a2)}",
+                    "showlegend": False,
+                    "line": {"color": "#c8c8c8", "width": 1},
+                    "hoverinfo": "name+y",
+                }
+            )
+        traces.append(
+            {
+                "type": "scatter",
+                "mode": "lines+markers",
+                "x": Ks,
+                "y": [_r(grid.get((wfmt, afmt, dist, K))) for K in Ks],
+                "name": f"{_fmt_label(wfmt)} weights x {_fmt_label(afmt)} activations",
+                "line": {"color": "#1f77b4", "width": 3},
+                "marker": {"size": 8},
+            }
+        )
+        traces.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "x": [Ks[0], Ks[-1]],
+                "y": [LLAMACPP_MUL_MAT_NMSE] * 2,
+                "name": "llama.cpp MUL_MAT threshold (5e-4)",
+                "line": {"color": "#d62728", "dash": "dash", "width": 1.5},
+            }
+        )
         views[f"{wfmt}|{afmt}|{dist}"] = {
             "traces": traces,
-            "layout": {"title": {"text": f"{_fmt_label(wfmt)} weights x {_fmt_label(afmt)} activations, {dist} data: "
-                                         f"NMSE of C [N={N}, M={M}] against the float64 truth"}}}
-    layout = {"xaxis": {"type": "log", "title": {"text": "K (length of each dot product)"},
-                        "tickvals": Ks, "ticktext": [str(K) for K in Ks]},
-              "yaxis": {"type": "log", "title": {"text": "NMSE vs float64 A @ W^T"}, "exponentformat": "power"},
-              "legend": {"orientation": "h", "y": -0.22}, "margin": {"t": 50, "r": 20}, "title": {"font": {"size": 13}}}
-    return Explorer("GEMM error by format, data and K", controls, views, layout, height=440,
-                    live=lambda: gemm_nmse_live(M=M, N=N, seed=seed, Ks=tuple(Ks)))
+            "layout": {
+                "title": {
+                    "text": f"{_fmt_label(wfmt)} weights x {_fmt_label(afmt)} activations, {dist} data: "
+                    f"NMSE of C [N={N}, M={M}] against the float64 truth"
+                }
+            },
+        }
+    layout = {
+        "xaxis": {
+            "type": "log",
+            "title": {"text": "K (length of each dot product)"},
+            "tickvals": Ks,
+            "ticktext": [str(K) for K in Ks],
+        },
+        "yaxis": {"type": "log", "title": {"text": "NMSE vs float64 A @ W^T"}, "exponentformat": "power"},
+        "legend": {"orientation": "h", "y": -0.22},
+        "margin": {"t": 50, "r": 20},
+        "title": {"font": {"size": 13}},
+    }
+    return Explorer(
+        "GEMM error by format, data and K",
+        controls,
+        views,
+        layout,
+        height=440,
+        live=lambda: gemm_nmse_live(M=M, N=N, seed=seed, Ks=tuple(Ks)),
+    )
 
 
 def gemm_nmse_live(M: int = 128, N: int = 16, seed: int = 0, Ks=GEMM_KS):
@@ -290,6 +366,7 @@ def gemm_nmse_live(M: int = 128, N: int = 16, seed: int = 0, Ks=GEMM_KS):
 # Chapters 5 and 6: the GPU records of quantgemm_kernels.measure
 # --------------------------------------------------------------------------------------------
 
+
 def load_records(root=None, name: str = "sweep") -> dict[str, dict]:
     """The newest ``<name>-*.json`` record of every machine folder under ``root`` (default the
     repository's ``bench_results``) that has one, by folder name (``measure.load_record``; ``tmp``
@@ -329,7 +406,9 @@ def _gpu_name(header: dict) -> str | None:
     return gpu.get("name") if isinstance(gpu, dict) else gpu
 
 
-def record_series(record: dict, wfmt: str, M: int, K: int, regime: str, ours: str = "best") -> dict[str, dict[int, dict]]:
+def record_series(
+    record: dict, wfmt: str, M: int, K: int, regime: str, ours: str = "best"
+) -> dict[str, dict[int, dict]]:
     """The rows an explorer view draws: ``{label: {N: row}}`` for ours (``"best"``: the fastest of our
     kernels at each N, ``measure.best_ours``; ``"each"``: every kernel of ours on its own),
     llama.cpp, cuBLAS fp16 and cuBLASLt int8 (``measure.side_rows``), where recorded."""
@@ -356,8 +435,12 @@ def _color(label: str, i: int) -> str:
     return ["#1f77b4", "#17becf", "#9467bd", "#8c564b", "#e377c2"][i % 5]
 
 
-def records_explorer(records: dict[str, dict], ours: str = "best", title: str = "Kernel time per call against N",
-                     device: str | None = None) -> Explorer:
+def records_explorer(
+    records: dict[str, dict],
+    ours: str = "best",
+    title: str = "Kernel time per call against N",
+    device: str | None = None,
+) -> Explorer:
     """Pick device, weight format, layer shape, cache regime and what to plot (time per call, or
     speedup over llama.cpp); see ours, llama.cpp and cuBLAS against N, with the limit of
     :func:`limit_us` from the record's measured ceilings. ``records``: ``{device folder: record}``
@@ -369,13 +452,22 @@ def records_explorer(records: dict[str, dict], ours: str = "best", title: str = 
     shapes = sorted({(r["M"], r["K"]) for rec in records.values() for r in rec["rows"]})
     regimes = [g for g in ("cold", "warm") if any(r["regime"] == g for rec in records.values() for r in rec["rows"])]
     ys = [("time", "µs per call"), ("speedup", "speedup over llama.cpp")]
-    controls = [_control("device", "GPU", [(d, _gpu_name(records[d]["header"]) or d) for d in devices], device),
-                _control("wfmt", "weights", [(f, f.upper()) for f in wfmts]),
-                _control("shape", "layer (M x K)", [(f"{M}x{K}", f"{M} x {K}") for M, K in shapes],
-                         "4096x14336" if (4096, 14336) in shapes else None),
-                _control("regime", "weights in cache", [(g, {"cold": "cold (as in a model)", "warm": "warm (one copy)"}[g])
-                                                        for g in regimes]),
-                _control("y", "plot", ys)]
+    controls = [
+        _control("device", "GPU", [(d, _gpu_name(records[d]["header"]) or d) for d in devices], device),
+        _control("wfmt", "weights", [(f, f.upper()) for f in wfmts]),
+        _control(
+            "shape",
+            "layer (M x K)",
+            [(f"{M}x{K}", f"{M} x {K}") for M, K in shapes],
+            "4096x14336" if (4096, 14336) in shapes else None,
+        ),
+        _control(
+            "regime",
+            "weights in cache",
+            [(g, {"cold": "cold (as in a model)", "warm": "warm (one copy)"}[g]) for g in regimes],
+        ),
+        _control("y", "plot", ys),
+    ]
     views = {}
     for dev, wfmt, (M, K), regime, (y, _) in itertools.product(devices, wfmts, shapes, regimes, ys):
         rec = records[dev]
@@ -395,12 +487,24 @@ def records_explorer(records: dict[str, dict], ours: str = "best", title: str = 
                 err = None
             else:
                 vals = [by_n[n]["median_us"] for n in ns]
-                err = {"type": "data", "symmetric": False, "thickness": 1, "width": 3,
-                       "array": [_r(by_n[n]["q3_us"] - by_n[n]["median_us"], 3) for n in ns],
-                       "arrayminus": [_r(by_n[n]["median_us"] - by_n[n]["q1_us"], 3) for n in ns]}
-            t = {"type": "scatter", "mode": "lines+markers", "x": ns, "y": [_r(v) for v in vals], "name": label,
-                 "line": {"color": _color(label, i)}, "text": [by_n[n]["side"] for n in ns],
-                 "hovertemplate": "N=%{x}: %{y}<br>%{text}<extra></extra>"}
+                err = {
+                    "type": "data",
+                    "symmetric": False,
+                    "thickness": 1,
+                    "width": 3,
+                    "array": [_r(by_n[n]["q3_us"] - by_n[n]["median_us"], 3) for n in ns],
+                    "arrayminus": [_r(by_n[n]["median_us"] - by_n[n]["q1_us"], 3) for n in ns],
+                }
+            t = {
+                "type": "scatter",
+                "mode": "lines+markers",
+                "x": ns,
+                "y": [_r(v) for v in vals],
+                "name": label,
+                "line": {"color": _color(label, i)},
+                "text": [by_n[n]["side"] for n in ns],
+                "hovertemplate": "N=%{x}: %{y}<br>%{text}<extra></extra>",
+            }
             if err:
                 t["error_y"] = err
             traces.append(t)
@@ -409,31 +513,66 @@ def records_explorer(records: dict[str, dict], ours: str = "best", title: str = 
         lim = {n: limit_us(wfmt, M, n, K, ceil) for n in ns_all}
         if y == "speedup":
             ns_l = [n for n in ns_all if n in llama]
-            traces.append({"type": "scatter", "mode": "lines", "x": ns_l,
-                           "y": [_r(llama[n]["median_us"] / lim[n]) for n in ns_l],
-                           "name": "limit (llama.cpp's time / least possible time)",
-                           "line": {"color": "#000000", "dash": "dot"}})
-            traces.append({"type": "scatter", "mode": "lines", "x": [ns_all[0], ns_all[-1]], "y": [1, 1],
-                           "name": "as fast as llama.cpp", "showlegend": False,
-                           "line": {"color": "#d62728", "width": 1}, "hoverinfo": "skip"})
+            traces.append(
+                {
+                    "type": "scatter",
+                    "mode": "lines",
+                    "x": ns_l,
+                    "y": [_r(llama[n]["median_us"] / lim[n]) for n in ns_l],
+                    "name": "limit (llama.cpp's time / least possible time)",
+                    "line": {"color": "#000000", "dash": "dot"},
+                }
+            )
+            traces.append(
+                {
+                    "type": "scatter",
+                    "mode": "lines",
+                    "x": [ns_all[0], ns_all[-1]],
+                    "y": [1, 1],
+                    "name": "as fast as llama.cpp",
+                    "showlegend": False,
+                    "line": {"color": "#d62728", "width": 1},
+                    "hoverinfo": "skip",
+                }
+            )
         else:
-            traces.append({"type": "scatter", "mode": "lines", "x": ns_all, "y": [_r(lim[n]) for n in ns_all],
-                           "name": f"limit: copy {ceil['copy_gbps']:.0f} GB/s, int8 "
-                                   f"{ceil['cublaslt_int8_tops']:.0f} TOPS (measured)",
-                           "line": {"color": "#000000", "dash": "dot"}})
+            traces.append(
+                {
+                    "type": "scatter",
+                    "mode": "lines",
+                    "x": ns_all,
+                    "y": [_r(lim[n]) for n in ns_all],
+                    "name": f"limit: copy {ceil['copy_gbps']:.0f} GB/s, int8 "
+                    f"{ceil['cublaslt_int8_tops']:.0f} TOPS (measured)",
+                    "line": {"color": "#000000", "dash": "dot"},
+                }
+            )
         g = h.get("ggml") or {}
         views["|".join((dev, wfmt, f"{M}x{K}", regime, y))] = {
             "traces": traces,
-            "layout": {"title": {"text": f"{wfmt.upper()} weights, M = {M}, K = {K}, weights {regime}: "
-                                         f"{h.get('machine')}<br><sub>llama.cpp = ggml {g.get('ggml_version')}, "
-                                         f"recorded {str(h.get('date'))[:10]}; kernel time from CUPTI, median "
-                                         "(bars: quartiles)</sub>"},
-                       "yaxis": {"title": {"text": dict(ys)[y]}}}}
+            "layout": {
+                "title": {
+                    "text": f"{wfmt.upper()} weights, M = {M}, K = {K}, weights {regime}: "
+                    f"{h.get('machine')}<br><sub>llama.cpp = ggml {g.get('ggml_version')}, "
+                    f"recorded {str(h.get('date'))[:10]}; kernel time from CUPTI, median "
+                    "(bars: quartiles)</sub>"
+                },
+                "yaxis": {"title": {"text": dict(ys)[y]}},
+            },
+        }
     n_ticks = sorted({r["N"] for rec in records.values() for r in rec["rows"]})
-    layout = {"xaxis": {"type": "log", "title": {"text": "N (tokens in the batch)"}, "tickvals": n_ticks,
-                        "ticktext": [str(n) for n in n_ticks]},
-              "yaxis": {"type": "log"}, "legend": {"orientation": "h", "y": -0.2},
-              "margin": {"t": 70, "r": 20}, "title": {"font": {"size": 13}}}
+    layout = {
+        "xaxis": {
+            "type": "log",
+            "title": {"text": "N (tokens in the batch)"},
+            "tickvals": n_ticks,
+            "ticktext": [str(n) for n in n_ticks],
+        },
+        "yaxis": {"type": "log"},
+        "legend": {"orientation": "h", "y": -0.2},
+        "margin": {"t": 70, "r": 20},
+        "title": {"font": {"size": 13}},
+    }
 
     def live():
         return records_live(records)
@@ -450,11 +589,16 @@ def records_live(records: dict[str, dict]):
 
     plt = _pyplot()
     device = widgets.Dropdown(options=list(records), description="GPU")
-    wfmt = widgets.Dropdown(options=sorted({r["wfmt"] for rec in records.values() for r in rec["rows"]}),
-                            description="weights")
-    shape = widgets.Dropdown(options=[(f"{M} x {K}", (M, K)) for M, K in
-                                      sorted({(r["M"], r["K"]) for rec in records.values() for r in rec["rows"]})],
-                             description="M x K")
+    wfmt = widgets.Dropdown(
+        options=sorted({r["wfmt"] for rec in records.values() for r in rec["rows"]}), description="weights"
+    )
+    shape = widgets.Dropdown(
+        options=[
+            (f"{M} x {K}", (M, K))
+            for M, K in sorted({(r["M"], r["K"]) for rec in records.values() for r in rec["rows"]})
+        ],
+        description="M x K",
+    )
     out = widgets.Output()
 
     def redraw(change=None):
@@ -477,6 +621,7 @@ def records_live(records: dict[str, dict]):
 # --------------------------------------------------------------------------------------------
 # Chapters 1, 3 and 4: speedups over a baseline kernel, from bench rows
 # --------------------------------------------------------------------------------------------
+
 
 def bench_speedups(results: list[dict], baseline: str | None = None) -> dict[tuple, dict[str, float]]:
     """``{(M, N, K): {kernel: speedup}}``: per shape, ``median_ms(baseline) / median_ms(kernel)``,
@@ -510,17 +655,37 @@ def bench_explorer(results: list[dict], baseline: str | None = None, title: str 
         vals = list(s.values())
         log = max(vals) / max(min(vals), 1e-12) > 20
         views[f"{M}x{N}x{K}"] = {
-            "traces": [{"type": "bar", "x": list(s), "y": [_r(v) for v in vals],
-                        "text": [f"{v:.3g}x" for v in vals], "textposition": "outside",
-                        "marker": {"color": ["#7f7f7f" if k.startswith("torch") else "#1f77b4" for k in s]},
-                        "hovertemplate": "%{x}: %{y:.3g}x<extra></extra>", "name": "speedup"}],
-            "layout": {"yaxis": {"type": "log" if log else "linear", "title": {"text": f"speedup over {base}"}},
-                       "title": {"text": f"{title}<br><sub>M={M}, N={N}, K={K}</sub>" if title else
-                                 f"M={M}, N={N}, K={K}"}}}
-    layout = {"xaxis": {"tickangle": -30, "automargin": True}, "showlegend": False,
-              "margin": {"t": 80, "r": 20}, "title": {"font": {"size": 13}}}
-    return Explorer(title or "Speedups", controls, views, layout, height=480,
-                    live=lambda: speedup_explorer(results, baseline=baseline, title=title))
+            "traces": [
+                {
+                    "type": "bar",
+                    "x": list(s),
+                    "y": [_r(v) for v in vals],
+                    "text": [f"{v:.3g}x" for v in vals],
+                    "textposition": "outside",
+                    "marker": {"color": ["#7f7f7f" if k.startswith("torch") else "#1f77b4" for k in s]},
+                    "hovertemplate": "%{x}: %{y:.3g}x<extra></extra>",
+                    "name": "speedup",
+                }
+            ],
+            "layout": {
+                "yaxis": {"type": "log" if log else "linear", "title": {"text": f"speedup over {base}"}},
+                "title": {"text": f"{title}<br><sub>M={M}, N={N}, K={K}</sub>" if title else f"M={M}, N={N}, K={K}"},
+            },
+        }
+    layout = {
+        "xaxis": {"tickangle": -30, "automargin": True},
+        "showlegend": False,
+        "margin": {"t": 80, "r": 20},
+        "title": {"font": {"size": 13}},
+    }
+    return Explorer(
+        title or "Speedups",
+        controls,
+        views,
+        layout,
+        height=480,
+        live=lambda: speedup_explorer(results, baseline=baseline, title=title),
+    )
 
 
 def rows_from_table(text: str) -> list[dict]:
@@ -540,6 +705,16 @@ def rows_from_table(text: str) -> list[dict]:
         except ValueError:
             continue
         gflops = rate * 1e3 if tflops else rate
-        rows.append({"kernel": parts[0], "M": M, "N": N, "K": K, "median_ms": ms, "gflops": gflops,
-                     "gbps": gbps, "status": "ok"})
+        rows.append(
+            {
+                "kernel": parts[0],
+                "M": M,
+                "N": N,
+                "K": K,
+                "median_ms": ms,
+                "gflops": gflops,
+                "gbps": gbps,
+                "status": "ok",
+            }
+        )
     return rows

@@ -20,6 +20,7 @@ Q8_0     34     d: fp16, qs: 32 x int8      qs[j] * d
 Q8_1     36     d: fp16, s: fp16, qs: 32    qs[j] * d;  s = d*sum(qs)  or  sum(x)
 =======  =====  ==========================  ========================================
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -219,23 +220,64 @@ class Format:
     def k_of(self, row_bytes: int) -> int:
         """K of a row of ``row_bytes`` bytes of this format."""
         if row_bytes <= 0 or row_bytes % self.block_bytes:
-            raise ValueError(f"a row of {row_bytes} bytes is not a whole number of {self.name} blocks "
-                             f"({self.block_bytes} B each)")
+            raise ValueError(
+                f"a row of {row_bytes} bytes is not a whole number of {self.name} blocks ({self.block_bytes} B each)"
+            )
         return row_bytes // self.block_bytes * self.block_size
 
 
 #: Every format the package knows, by name. Add a format here (and one row in csrc/formats.def).
-SPECS: dict[str, Format] = {f.name: f for f in (
-    Format("q4_0", QK, _Q4_0, quantize_q4_0, _q4_0_quants, offset=8, scale_div=8.0, role="weights",
-           ggml_type="GGML_TYPE_Q4_0", doc="4-bit weights, one fp16 scale per 32; value = (nibble - 8) * d"),
-    Format("q4_1", QK, _Q4_1, quantize_q4_1, _q4_0_quants, min_field="m", header=("d", "m"), scale_div=15.0,
-           role="weights", ggml_type="GGML_TYPE_Q4_1",
-           doc="4-bit weights with a scale and a min per 32; value = nibble * d + m"),
-    Format("q8_0", QK, _Q8_0, quantize_q8_0, _signed_quants, role="weights and activations",
-           ggml_type="GGML_TYPE_Q8_0", doc="8-bit, one fp16 scale per 32; value = q * d"),
-    Format("q8_1", QK, _Q8_1, quantize_q8_1, _signed_quants, header=("d", "s"), role="activations",
-           ggml_type="GGML_TYPE_Q8_1", doc="8-bit activations with a per-block sum s next to d"),
-)}
+SPECS: dict[str, Format] = {
+    f.name: f
+    for f in (
+        Format(
+            "q4_0",
+            QK,
+            _Q4_0,
+            quantize_q4_0,
+            _q4_0_quants,
+            offset=8,
+            scale_div=8.0,
+            role="weights",
+            ggml_type="GGML_TYPE_Q4_0",
+            doc="4-bit weights, one fp16 scale per 32; value = (nibble - 8) * d",
+        ),
+        Format(
+            "q4_1",
+            QK,
+            _Q4_1,
+            quantize_q4_1,
+            _q4_0_quants,
+            min_field="m",
+            header=("d", "m"),
+            scale_div=15.0,
+            role="weights",
+            ggml_type="GGML_TYPE_Q4_1",
+            doc="4-bit weights with a scale and a min per 32; value = nibble * d + m",
+        ),
+        Format(
+            "q8_0",
+            QK,
+            _Q8_0,
+            quantize_q8_0,
+            _signed_quants,
+            role="weights and activations",
+            ggml_type="GGML_TYPE_Q8_0",
+            doc="8-bit, one fp16 scale per 32; value = q * d",
+        ),
+        Format(
+            "q8_1",
+            QK,
+            _Q8_1,
+            quantize_q8_1,
+            _signed_quants,
+            header=("d", "s"),
+            role="activations",
+            ggml_type="GGML_TYPE_Q8_1",
+            doc="8-bit activations with a per-block sum s next to d",
+        ),
+    )
+}
 FORMATS = tuple(SPECS)  #: the names, in table order
 #: The formats of chapters 2-6 (Q4_0 and Q8_0 weights, Q8_1 activations); chapter 7 adds Q4_1.
 BASIC_FORMATS = ("q4_0", "q8_0", "q8_1")

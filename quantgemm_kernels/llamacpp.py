@@ -29,6 +29,7 @@ ggml itself quantizes ``b`` to the weight type's ``vec_dot_type`` inside ``mul_m
 CPU that is **Q8_0** for Q4_0 and Q8_0 weights (not Q8_1, which the CUDA backend uses), so
 ggml's CPU result differs from our W4A16 reference by the activation quantization error.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -42,8 +43,13 @@ import numpy as np
 from . import formats as F
 
 #: our format names -> ggml's type enum names
-_GGML_TYPE_NAMES = {"f32": "GGML_TYPE_F32", "q4_0": "GGML_TYPE_Q4_0", "q4_1": "GGML_TYPE_Q4_1", "q8_0": "GGML_TYPE_Q8_0",
-                    "q8_1": "GGML_TYPE_Q8_1"}
+_GGML_TYPE_NAMES = {
+    "f32": "GGML_TYPE_F32",
+    "q4_0": "GGML_TYPE_Q4_0",
+    "q4_1": "GGML_TYPE_Q4_1",
+    "q8_0": "GGML_TYPE_Q8_0",
+    "q8_1": "GGML_TYPE_Q8_1",
+}
 WEIGHT_FORMATS = ("f32", "q4_0", "q8_0")  #: the weight formats the benchmarks compare (chapters 5-6)
 MUL_MAT_FORMATS = (*WEIGHT_FORMATS, "q4_1")  #: weight formats ggml_mul_mat accepts here (Q4_1: chapter 7)
 
@@ -61,6 +67,7 @@ class GgmlUnavailable(ImportError):
 # Finding the module and the C functions it may not bind
 # ---------------------------------------------------------------------------------------------
 
+
 def _ggml():
     """The ggml API: the standalone build named by ``QUANTGEMM_GGML_LIB``, else the ``ggml`` module."""
     libdir = os.environ.get("QUANTGEMM_GGML_LIB")
@@ -70,14 +77,17 @@ def _ggml():
         try:
             return _ggml_ctypes.load(libdir)
         except OSError as e:
-            raise GgmlUnavailable(f"QUANTGEMM_GGML_LIB={libdir}: the ggml libraries do not load ({e}). "
-                                  "Build them with tools/build_ggml.sh, or unset the variable") from e
+            raise GgmlUnavailable(
+                f"QUANTGEMM_GGML_LIB={libdir}: the ggml libraries do not load ({e}). "
+                "Build them with tools/build_ggml.sh, or unset the variable"
+            ) from e
     try:
         import ggml
     except Exception as e:  # an ImportError, or ggml-python's CUDA build failing at import
         raise GgmlUnavailable(
             f"the ggml module does not import ({type(e).__name__}: {e}). Install ggml-python "
-            "(CPU) or ggml-py (CPU and CUDA); see book/setup.md") from e
+            "(CPU) or ggml-py (CPU and CUDA); see book/setup.md"
+        ) from e
     return ggml
 
 
@@ -137,19 +147,38 @@ def _c_function(g, name: str, argtypes, restype, prefer_package: bool = True):
 #                             const void * y, size_t by, int nrc);
 _to_float_t = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.POINTER(ctypes.c_float), ctypes.c_int64)
 _from_float_t = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_float), ctypes.c_void_p, ctypes.c_int64)
-_vec_dot_t = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.POINTER(ctypes.c_float), ctypes.c_size_t,
-                              ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+_vec_dot_t = ctypes.CFUNCTYPE(
+    None,
+    ctypes.c_int,
+    ctypes.POINTER(ctypes.c_float),
+    ctypes.c_size_t,
+    ctypes.c_void_p,
+    ctypes.c_size_t,
+    ctypes.c_void_p,
+    ctypes.c_size_t,
+    ctypes.c_int,
+)
 
 
 class _TypeTraits(ctypes.Structure):  # struct ggml_type_traits
-    _fields_ = [("type_name", ctypes.c_char_p), ("blck_size", ctypes.c_int64),
-                ("blck_size_interleave", ctypes.c_int64), ("type_size", ctypes.c_size_t),
-                ("is_quantized", ctypes.c_bool), ("to_float", _to_float_t), ("from_float_ref", _from_float_t)]
+    _fields_ = [
+        ("type_name", ctypes.c_char_p),
+        ("blck_size", ctypes.c_int64),
+        ("blck_size_interleave", ctypes.c_int64),
+        ("type_size", ctypes.c_size_t),
+        ("is_quantized", ctypes.c_bool),
+        ("to_float", _to_float_t),
+        ("from_float_ref", _from_float_t),
+    ]
 
 
 class _TypeTraitsCpu(ctypes.Structure):  # struct ggml_type_traits_cpu
-    _fields_ = [("from_float", _from_float_t), ("vec_dot", _vec_dot_t), ("vec_dot_type", ctypes.c_int),
-                ("nrows", ctypes.c_int64)]
+    _fields_ = [
+        ("from_float", _from_float_t),
+        ("vec_dot", _vec_dot_t),
+        ("vec_dot_type", ctypes.c_int),
+        ("nrows", ctypes.c_int64),
+    ]
 
 
 def _type_traits(g, t: int) -> _TypeTraits:
@@ -161,8 +190,9 @@ def _type_traits(g, t: int) -> _TypeTraits:
 
 
 def _type_traits_cpu(g, t: int) -> _TypeTraitsCpu:
-    fn = _c_function(g, "ggml_get_type_traits_cpu", [ctypes.c_int], ctypes.POINTER(_TypeTraitsCpu),
-                     prefer_package=False)
+    fn = _c_function(
+        g, "ggml_get_type_traits_cpu", [ctypes.c_int], ctypes.POINTER(_TypeTraitsCpu), prefer_package=False
+    )
     if fn is None:
         raise GgmlUnavailable("this ggml build does not export ggml_get_type_traits_cpu (no CPU backend?)")
     init = _c_function(g, "ggml_cpu_init", [], None, prefer_package=False)
@@ -196,6 +226,7 @@ def _c_string(g, name: str) -> str | None:
 # What is there
 # ---------------------------------------------------------------------------------------------
 
+
 def available() -> dict:
     """What works here, without raising.
 
@@ -208,16 +239,33 @@ def available() -> dict:
     ``cuda_devices``, ``type_traits`` (so :func:`ggml_vec_dot` and Q8_1 quantization work),
     ``error`` (why not, where something fails).
     """
-    info = {"importable": False, "package": None, "version": None, "ggml_version": None, "ggml_commit": None,
-            "lib_dir": None, "build": None, "cmake_flags": None, "cpu_backend": False, "cuda_backend": False,
-            "cuda_devices": 0, "type_traits": False, "error": None}
+    info = {
+        "importable": False,
+        "package": None,
+        "version": None,
+        "ggml_version": None,
+        "ggml_commit": None,
+        "lib_dir": None,
+        "build": None,
+        "cmake_flags": None,
+        "cpu_backend": False,
+        "cuda_backend": False,
+        "cuda_devices": 0,
+        "type_traits": False,
+        "error": None,
+    }
     try:
         g = _ggml()
     except GgmlUnavailable as e:
         info["error"] = str(e)
         return info
-    info.update(importable=True, package=_package_name(g), version=getattr(g, "__version__", None),
-                ggml_version=_c_string(g, "ggml_version"), ggml_commit=_c_string(g, "ggml_commit"))
+    info.update(
+        importable=True,
+        package=_package_name(g),
+        version=getattr(g, "__version__", None),
+        ggml_version=_c_string(g, "ggml_version"),
+        ggml_commit=_c_string(g, "ggml_commit"),
+    )
     if hasattr(g, "LIB_DIR"):  # the standalone build
         build = g.BUILD_INFO or {}
         info.update(lib_dir=str(g.LIB_DIR), build=g.BUILD_INFO, cmake_flags=build.get("cmake_flags"))
@@ -248,6 +296,7 @@ def available() -> dict:
 # ---------------------------------------------------------------------------------------------
 # Quantizers and the CPU dot product
 # ---------------------------------------------------------------------------------------------
+
 
 def _f32_rows(x, name: str) -> np.ndarray:
     if hasattr(x, "detach"):  # a torch tensor
@@ -318,8 +367,9 @@ def ggml_vec_dot(wfmt: str, w_row, a_row) -> float:
     else:
         nbytes = F.row_bytes(wfmt, K)  # raises unless K is whole blocks
         if w.dtype != np.uint8 or w.size != nbytes:
-            raise ValueError(f"w_row must be the {nbytes} bytes of one {wfmt} row "
-                             f"of K={K}, got {w.size} values of {w.dtype}")
+            raise ValueError(
+                f"w_row must be the {nbytes} bytes of one {wfmt} row of K={K}, got {w.size} values of {w.dtype}"
+            )
     wt = _type(g, wfmt)
     traits = _type_traits_cpu(g, wt)
     vdt = traits.vec_dot_type
@@ -329,14 +379,14 @@ def ggml_vec_dot(wfmt: str, w_row, a_row) -> float:
         y = np.zeros(g.ggml_row_size(vdt, K), np.uint8)
         _type_traits_cpu(g, vdt).from_float(_float_ptr(a), y.ctypes.data_as(ctypes.c_void_p), K)
     s = ctypes.c_float(0.0)
-    traits.vec_dot(K, ctypes.byref(s), 0, w.ctypes.data_as(ctypes.c_void_p), 0,
-                   y.ctypes.data_as(ctypes.c_void_p), 0, 1)
+    traits.vec_dot(K, ctypes.byref(s), 0, w.ctypes.data_as(ctypes.c_void_p), 0, y.ctypes.data_as(ctypes.c_void_p), 0, 1)
     return float(s.value)
 
 
 # ---------------------------------------------------------------------------------------------
 # mul_mat: one graph on one backend
 # ---------------------------------------------------------------------------------------------
+
 
 def _default_threads() -> int:
     import torch
@@ -379,8 +429,18 @@ class _MulMatGraph:
     perf does); and a backend buffer holding the tensors. ``a`` and ``c`` are copy 0's tensors,
     ``a_copies`` and ``c_copies`` all of them."""
 
-    def __init__(self, g, wtype: int, M: int, N: int, K: int, backend: str, n_threads: int | None,
-                 repeats: int = 1, copies: int = 1):
+    def __init__(
+        self,
+        g,
+        wtype: int,
+        M: int,
+        N: int,
+        K: int,
+        backend: str,
+        n_threads: int | None,
+        repeats: int = 1,
+        copies: int = 1,
+    ):
         self.g, self.ctx, self.backend, self.buffer = g, None, None, None
         self.M, self.N, self.K = M, N, K
         kind, index = _parse_backend(backend)
@@ -394,8 +454,10 @@ class _MulMatGraph:
                 g.ggml_backend_cpu_set_n_threads(self.backend, self.n_threads)
             else:
                 if not getattr(g, "GGML_USE_CUDA", False):
-                    raise GgmlUnavailable(f"this ggml ({_package_name(g)} {getattr(g, '__version__', '?')}) "
-                                          "was built without CUDA: build it with -DGGML_CUDA=on")
+                    raise GgmlUnavailable(
+                        f"this ggml ({_package_name(g)} {getattr(g, '__version__', '?')}) "
+                        "was built without CUDA: build it with -DGGML_CUDA=on"
+                    )
                 self.backend = g.ggml_backend_cuda_init(index)
                 if not self.backend:
                     raise GgmlUnavailable(f"ggml_backend_cuda_init({index}) failed (no such GPU?)")
@@ -404,7 +466,9 @@ class _MulMatGraph:
             graph_size = n_nodes + copies + 8  # the node slots, the C + 1 leaves, room to spare
             params = g.ggml_init_params(
                 mem_size=g.ggml_tensor_overhead() * (2 * copies + 8) + g.ggml_graph_overhead_custom(graph_size, False),
-                mem_buffer=None, no_alloc=True)  # tensor data lives in the backend buffer
+                mem_buffer=None,
+                no_alloc=True,
+            )  # tensor data lives in the backend buffer
             self.ctx = g.ggml_init(params)
             if not self.ctx:
                 raise MemoryError("ggml_init failed")
@@ -482,8 +546,10 @@ def _prepare(Ws: list, A, wfmt: str):
                 raise
             raise type(e)(f"Ws[{i}]: {e}") from None
         if Wbs and (Wb.shape, Wb.dtype) != (Wbs[0].shape, Wbs[0].dtype):
-            raise ValueError(f"Ws[{i}] is {Wb.dtype} {Wb.shape}, Ws[0] is {Wbs[0].dtype} {Wbs[0].shape}: "
-                             "the copies must have the same shape")
+            raise ValueError(
+                f"Ws[{i}] is {Wb.dtype} {Wb.shape}, Ws[0] is {Wbs[0].dtype} {Wbs[0].shape}: "
+                "the copies must have the same shape"
+            )
         Wbs.append(Wb)
     A = _f32_rows(A, "A")
     if A.shape[1] != K:
@@ -534,8 +600,9 @@ class MulMatRunner:
         g, Wbs, A, M, N, K = _prepare(Ws, A, wfmt)
         self.copies, self.repeats, self.n_mul_mats = len(Wbs), int(repeats), len(Wbs) * int(repeats)
         self.M, self.N, self.K, self.wfmt, self.backend = M, N, K, wfmt, backend
-        self._mm = _MulMatGraph(g, _type(g, wfmt), M, N, K, backend, n_threads, repeats=self.repeats,
-                                copies=self.copies)
+        self._mm = _MulMatGraph(
+            g, _type(g, wfmt), M, N, K, backend, n_threads, repeats=self.repeats, copies=self.copies
+        )
         try:
             for a, Wb in zip(self._mm.a_copies, Wbs):
                 self._mm.set(a, Wb)
@@ -589,9 +656,17 @@ def perf_repeats(M: int, N: int, K: int, backend: str = "cpu") -> int:
     return int(min(_MAX_REPEATS - 1, _TARGET_FLOPS[kind] // (2.0 * M * N * K)) + 1)
 
 
-def time_ggml_mul_mat(W, A, wfmt: str, backend: str = "cpu", n_threads: int | None = None,
-                      reps: int | None = None, warmup: int = 1, computes: int = 5,
-                      min_time_s: float = 0.0) -> float:
+def time_ggml_mul_mat(
+    W,
+    A,
+    wfmt: str,
+    backend: str = "cpu",
+    n_threads: int | None = None,
+    reps: int | None = None,
+    warmup: int = 1,
+    computes: int = 5,
+    min_time_s: float = 0.0,
+) -> float:
     """Seconds per ``mul_mat``, timed the way llama.cpp's ``test-backend-ops perf`` times it.
 
     One graph holds the same ``mul_mat`` node ``reps`` times (default :func:`perf_repeats`);
@@ -628,11 +703,24 @@ def info_line() -> str:
     backends = ", ".join(b for b, ok in (("CPU", a["cpu_backend"]), ("CUDA", a["cuda_backend"])) if ok) or "none"
     if a["lib_dir"]:  # the standalone build
         src = (a["build"] or {}).get("source", "source unrecorded")
-        return (f"ggml {a['ggml_version'] or '?'} (commit {a['ggml_commit']}; {src}) via {a['package']} "
-                f"from $QUANTGEMM_GGML_LIB (backends: {backends})")
+        return (
+            f"ggml {a['ggml_version'] or '?'} (commit {a['ggml_commit']}; {src}) via {a['package']} "
+            f"from $QUANTGEMM_GGML_LIB (backends: {backends})"
+        )
     return f"ggml {a['ggml_version'] or '?'} via {a['package']} {a['version']} (backends: {backends})"
 
 
-__all__ = ["GgmlUnavailable", "MUL_MAT_FORMATS", "MulMatRunner", "WEIGHT_FORMATS", "available", "ggml_mul_mat", "ggml_quantize",
-           "ggml_vec_dot", "ggml_vec_dot_type", "info_line", "perf_repeats", "time_ggml_mul_mat"]
-
+__all__ = [
+    "GgmlUnavailable",
+    "MUL_MAT_FORMATS",
+    "MulMatRunner",
+    "WEIGHT_FORMATS",
+    "available",
+    "ggml_mul_mat",
+    "ggml_quantize",
+    "ggml_vec_dot",
+    "ggml_vec_dot_type",
+    "info_line",
+    "perf_repeats",
+    "time_ggml_mul_mat",
+]

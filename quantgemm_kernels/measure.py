@@ -24,6 +24,7 @@ in the L2 when it fits (the 33 MB of a Q4_0 4096 x 14336 layer fit an H200's 60 
 load average is recorded before and after; a run is refused when the host is busy (another build
 or benchmark) unless ``--allow-busy``, and flagged when it became busy during the run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,8 +48,7 @@ from .registry import KERNELS
 N_SWEEP = (1, 2, 3, 4, 5, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 #: (M, K) of the linear layers of a Llama-3-8B block: attn q/o (4096 x 4096), ffn gate/up
 #: (14336 x 4096), ffn down (4096 x 14336; llama.cpp's test-backend-ops MUL_MAT shape)
-SHAPES = {"llama3-8b": [(4096, 14336), (4096, 4096), (14336, 4096)], "down": [(4096, 14336)],
-          "small": [(512, 1024)]}
+SHAPES = {"llama3-8b": [(4096, 14336), (4096, 4096), (14336, 4096)], "down": [(4096, 14336)], "small": [(512, 1024)]}
 #: our kernels timed by default: the chapter-6 kernels (the ladder's intermediate steps,
 #: decode_fused, mma_regstage and mma_packed, are in the older records)
 DEFAULT_KERNELS = ("cuda_{w}_q8_1_decode", "cuda_{w}_q8_1_mma", "cuda_{w}_q8_1_wgmma", "cuda_{w}_q8_1_wgmma_ws")
@@ -58,16 +58,25 @@ COLD_FACTOR = 4.0  #: cold copies total at least this many times the L2
 #: Vendor datasheet figures (dense, no sparsity), by torch.cuda.get_device_name(). Leads, not
 #: measurements: the record holds the measured copy bandwidth and library rates beside them.
 DATASHEET = {
-    "NVIDIA H200": {"hbm_gbps": 4800.0, "fp16_tflops": 989.5, "int8_tops": 1979.0,
-                    "source": "NVIDIA H200 Tensor Core GPU datasheet (SXM), dense"},
-    "NVIDIA H100 80GB HBM3": {"hbm_gbps": 3350.0, "fp16_tflops": 989.5, "int8_tops": 1979.0,
-                              "source": "NVIDIA H100 Tensor Core GPU datasheet (SXM5), dense"},
+    "NVIDIA H200": {
+        "hbm_gbps": 4800.0,
+        "fp16_tflops": 989.5,
+        "int8_tops": 1979.0,
+        "source": "NVIDIA H200 Tensor Core GPU datasheet (SXM), dense",
+    },
+    "NVIDIA H100 80GB HBM3": {
+        "hbm_gbps": 3350.0,
+        "fp16_tflops": 989.5,
+        "int8_tops": 1979.0,
+        "source": "NVIDIA H100 Tensor Core GPU datasheet (SXM5), dense",
+    },
 }
 
 
 # ---------------------------------------------------------------------------------------------
 # Pieces that need no GPU (unit-tested on the CPU)
 # ---------------------------------------------------------------------------------------------
+
 
 def copies_for(copy_bytes: int, l2_bytes: int, factor: float = COLD_FACTOR) -> int:
     """Weight copies for the cold regime: together at least ``factor`` x the L2, and at least 2."""
@@ -89,13 +98,22 @@ def spread(samples_us) -> dict:
     if x.size == 0 or not np.all(np.isfinite(x)):
         raise ValueError("spread needs at least one finite sample")
     q1, med, q3 = np.percentile(x, [25, 50, 75])
-    return {"min_us": float(x.min()), "q1_us": float(q1), "median_us": float(med), "q3_us": float(q3),
-            "max_us": float(x.max()), "mean_us": float(x.mean()), "iqr_us": float(q3 - q1), "samples": int(x.size)}
+    return {
+        "min_us": float(x.min()),
+        "q1_us": float(q1),
+        "median_us": float(med),
+        "q3_us": float(q3),
+        "max_us": float(x.max()),
+        "mean_us": float(x.mean()),
+        "iqr_us": float(q3 - q1),
+        "samples": int(x.size),
+    }
 
 
 @dataclass
 class Activity:
     """One GPU activity as CUPTI recorded it."""
+
     name: str
     start_ns: int
     end_ns: int
@@ -124,7 +142,7 @@ def per_call(acts: list[Activity], calls: int) -> dict:
         names = sorted({a.name[:60] for a in acts})
         raise ValueError(f"{len(acts)} GPU activities do not split into {calls} equal calls: {names}")
     k = len(acts) // calls
-    busy = [sum(a.dur_ns for a in acts[i * k:(i + 1) * k]) / 1e3 for i in range(calls)]
+    busy = [sum(a.dur_ns for a in acts[i * k : (i + 1) * k]) / 1e3 for i in range(calls)]
     span = (max(a.end_ns for a in acts) - acts[0].start_ns) / 1e3 / calls
     return {"busy_us": busy, "span_us": span, "per_call": k, "kernels": [a.name for a in acts[:k]]}
 
@@ -161,7 +179,7 @@ def nmse_gpu(result, reference) -> float:
         raise ValueError(f"shapes differ: {tuple(b.shape)} vs reference {tuple(a.shape)}")
     if bool(a.isnan().any()) or bool(b.isnan().any()):
         return float("inf")
-    num, den = float(((a - b) ** 2).sum()), float((a ** 2).sum())
+    num, den = float(((a - b) ** 2).sum()), float((a**2).sum())
     if den == 0.0:
         return 0.0 if num == 0.0 else float("inf")
     return num / den
@@ -221,8 +239,11 @@ def profile_runs(runs: list[tuple]) -> list[dict]:
                 torch.cuda.synchronize()
             _mark(len(runs))
             torch.cuda.synchronize()
-    acts = [Activity(e.name(), int(e.start_ns()), int(e.end_ns())) for e in prof.profiler.kineto_results.events()
-            if e.device_type() == DeviceType.CUDA and e.duration_ns() > 0]
+    acts = [
+        Activity(e.name(), int(e.start_ns()), int(e.end_ns()))
+        for e in prof.profiler.kineto_results.events()
+        if e.device_type() == DeviceType.CUDA and e.duration_ns() > 0
+    ]
     segments = split_on_markers(acts, _marker_name())
     if len(segments) != len(runs):
         raise RuntimeError(f"the trace holds {len(segments)} runs between markers, expected {len(runs)}")
@@ -239,16 +260,29 @@ def profile_runs(runs: list[tuple]) -> list[dict]:
 # The machine and its ceilings
 # ---------------------------------------------------------------------------------------------
 
+
 def gpu_info() -> dict:
     import torch
 
     p = torch.cuda.get_device_properties(0)
-    info = {"name": torch.cuda.get_device_name(0), "capability": list(torch.cuda.get_device_capability(0)),
-            "sms": p.multi_processor_count, "l2_bytes": int(getattr(p, "L2_cache_size", 0)),
-            "memory_bytes": int(p.total_memory)}
+    info = {
+        "name": torch.cuda.get_device_name(0),
+        "capability": list(torch.cuda.get_device_capability(0)),
+        "sms": p.multi_processor_count,
+        "l2_bytes": int(getattr(p, "L2_cache_size", 0)),
+        "memory_bytes": int(p.total_memory),
+    }
     try:
-        q = subprocess.run(["nvidia-smi", "--query-gpu=driver_version,clocks.max.sm,clocks.max.mem,power.limit",
-                            "--format=csv,noheader"], capture_output=True, text=True, timeout=20)
+        q = subprocess.run(
+            [
+                "nvidia-smi",
+                "--query-gpu=driver_version,clocks.max.sm,clocks.max.mem,power.limit",
+                "--format=csv,noheader",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
         if q.returncode == 0:
             drv, sm, mem, power = [v.strip() for v in q.stdout.strip().splitlines()[0].split(",")]
             info.update(driver=drv, max_sm_clock=sm, max_mem_clock=mem, power_limit=power)
@@ -265,28 +299,43 @@ def measure_ceilings(copy_mb: float = 2048.0, n: int = 8192) -> dict:
 
     src = torch.rand(int(copy_mb * 2**20 // 4), device="cuda")
     dst = torch.empty_like(src)
-    a16, b16 = torch.randn(n, n, device="cuda", dtype=torch.float16), torch.randn(n, n, device="cuda", dtype=torch.float16)
+    a16, b16 = (
+        torch.randn(n, n, device="cuda", dtype=torch.float16),
+        torch.randn(n, n, device="cuda", dtype=torch.float16),
+    )
     a8 = torch.randint(-128, 128, (n, n), dtype=torch.int8, device="cuda")
     b8 = torch.randint(-128, 128, (n, n), dtype=torch.int8, device="cuda")
     reps = 20
     for _ in range(3):
         dst.copy_(src), torch.matmul(a16, b16), torch._int_mm(a8, b8.t())
-    res = profile_runs([(lambda: [dst.copy_(src) for _ in range(reps)], reps),
-                        (lambda: [torch.matmul(a16, b16) for _ in range(reps)], reps),
-                        (lambda: [torch._int_mm(a8, b8.t()) for _ in range(reps)], reps)])
+    res = profile_runs(
+        [
+            (lambda: [dst.copy_(src) for _ in range(reps)], reps),
+            (lambda: [torch.matmul(a16, b16) for _ in range(reps)], reps),
+            (lambda: [torch._int_mm(a8, b8.t()) for _ in range(reps)], reps),
+        ]
+    )
     med = [statistics.median(r["busy_us"]) * 1e-6 for r in res]
-    return {"copy_gbps": 2 * src.numel() * 4 / med[0] / 1e9, "copy_mb": copy_mb,
-            "cublas_fp16_tflops": 2.0 * n**3 / med[1] / 1e12, "cublaslt_int8_tops": 2.0 * n**3 / med[2] / 1e12,
-            "matmul_n": n, "int8_kernel": _short(res[2]["kernels"][-1]), "fp16_kernel": _short(res[1]["kernels"][-1])}
+    return {
+        "copy_gbps": 2 * src.numel() * 4 / med[0] / 1e9,
+        "copy_mb": copy_mb,
+        "cublas_fp16_tflops": 2.0 * n**3 / med[1] / 1e12,
+        "cublaslt_int8_tops": 2.0 * n**3 / med[2] / 1e12,
+        "matmul_n": n,
+        "int8_kernel": _short(res[2]["kernels"][-1]),
+        "fp16_kernel": _short(res[1]["kernels"][-1]),
+    }
 
 
 # ---------------------------------------------------------------------------------------------
 # The sides
 # ---------------------------------------------------------------------------------------------
 
+
 @dataclass
 class Side:
     """One thing timed at one shape: ``launch(i)`` puts one call on the GPU that reads weight copy i."""
+
     name: str
     source: str  #: "ours", "llama.cpp" or "cuBLAS"
     includes: str  #: what one call's time includes
@@ -300,8 +349,20 @@ def _weight_bytes(wfmt: str, M: int, K: int) -> int:
     return M * (K // F.QK) * F.BLOCK_BYTES[wfmt]
 
 
-def measure_shape(wfmt: str, M: int, K: int, Ns, *, kernels=None, ggml: bool = True, cublas: bool = True,
-                  min_calls: int = 32, seed: int = 0, l2_bytes: int | None = None, progress=print) -> list[dict]:
+def measure_shape(
+    wfmt: str,
+    M: int,
+    K: int,
+    Ns,
+    *,
+    kernels=None,
+    ggml: bool = True,
+    cublas: bool = True,
+    min_calls: int = 32,
+    seed: int = 0,
+    l2_bytes: int | None = None,
+    progress=print,
+) -> list[dict]:
     """Every side at every N for one weight format and layer shape, cold and warm. One row per
     (side, N, regime)."""
     import torch
@@ -333,9 +394,16 @@ def measure_shape(wfmt: str, M: int, K: int, Ns, *, kernels=None, ggml: bool = T
     for N in Ns:
         t0 = time.perf_counter()
         A = torch.randn(N, K, generator=g).cuda()
-        ref = (A.double() @ Wdeq.T)
-        base = {"wfmt": wfmt, "M": M, "N": N, "K": K, "weight_bytes": wbytes,
-                "bytes": wbytes + N * K * 4 + N * M * 4, "flops": 2.0 * M * N * K}
+        ref = A.double() @ Wdeq.T
+        base = {
+            "wfmt": wfmt,
+            "M": M,
+            "N": N,
+            "K": K,
+            "weight_bytes": wbytes,
+            "bytes": wbytes + N * K * 4 + N * M * 4,
+            "flops": 2.0 * M * N * K,
+        }
         sides: list[tuple[Side, object, object, int, object]] = []  # side, cold runner, warm runner, copies, output
 
         for k in ours:
@@ -353,8 +421,20 @@ def measure_shape(wfmt: str, M: int, K: int, Ns, *, kernels=None, ggml: bool = T
                 return lambda: [ops.gemm(ops.quantize(A, "q8_1", m), ws[i % copies], name) for i in range(calls)]
 
             out = api.gemm(A, Wq, k.name, q8_1_sum=mode)
-            sides.append((Side(k.name, "ours", "activation quantizer + GEMM kernel (float32 A in, float32 C out)"
-                               + ("" if k.fused_quant else "; two ops"), mode), run, Cq, out))
+            sides.append(
+                (
+                    Side(
+                        k.name,
+                        "ours",
+                        "activation quantizer + GEMM kernel (float32 A in, float32 C out)"
+                        + ("" if k.fused_quant else "; two ops"),
+                        mode,
+                    ),
+                    run,
+                    Cq,
+                    out,
+                )
+            )
         if ggml:
             A_np = A.cpu().numpy()
 
@@ -367,22 +447,56 @@ def measure_shape(wfmt: str, M: int, K: int, Ns, *, kernels=None, ggml: bool = T
             r = ggml_run(1, 1)
             out_g = torch.from_numpy(r.result(0)).cuda()
             r.close()
-            sides.append((Side("llama.cpp", "llama.cpp", "ggml mul_mat: quantize_q8_1 + MMVQ, or quantize_mmq_q8_1 + MMQ "
-                               "(+ stream-k fix-up), float32 A in, float32 C out", "sum_x (ggml-cuda)"),
-                          ggml_run, Cq, out_g))
+            sides.append(
+                (
+                    Side(
+                        "llama.cpp",
+                        "llama.cpp",
+                        "ggml mul_mat: quantize_q8_1 + MMVQ, or quantize_mmq_q8_1 + MMQ "
+                        "(+ stream-k fix-up), float32 A in, float32 C out",
+                        "sum_x (ggml-cuda)",
+                    ),
+                    ggml_run,
+                    Cq,
+                    out_g,
+                )
+            )
         if cublas:
             A16 = A.to(torch.float16)
+
             def run16(copies, calls, A16=A16):
                 return lambda: [torch.matmul(A16, W16s[i % copies].t()) for i in range(calls)]
-            sides.append((Side("cuBLAS fp16", "cuBLAS", "torch.matmul on fp16 A and the dequantized weights in "
-                               "fp16 (fp16 out); no conversion of A"), run16, C16,
-                          torch.matmul(A16, W16.t())))
+
+            sides.append(
+                (
+                    Side(
+                        "cuBLAS fp16",
+                        "cuBLAS",
+                        "torch.matmul on fp16 A and the dequantized weights in fp16 (fp16 out); no conversion of A",
+                    ),
+                    run16,
+                    C16,
+                    torch.matmul(A16, W16.t()),
+                )
+            )
             if N > 16:  # torch._int_mm needs more than 16 rows in A
                 A8 = torch.randint(-128, 128, (N, K), dtype=torch.int8, generator=g).cuda()
+
                 def run8(copies, calls, A8=A8):
                     return lambda: [torch._int_mm(A8, W8s[i % copies].t()) for i in range(calls)]
-                sides.append((Side("cuBLASLt int8", "cuBLAS", "torch._int_mm, int8 A, int8 weights column-major "
-                                   "(int32 out); random int8 data, no scales"), run8, C8, None))
+
+                sides.append(
+                    (
+                        Side(
+                            "cuBLASLt int8",
+                            "cuBLAS",
+                            "torch._int_mm, int8 A, int8 weights column-major (int32 out); random int8 data, no scales",
+                        ),
+                        run8,
+                        C8,
+                        None,
+                    )
+                )
 
         plans = []  # (side, regime, copies, calls, fn or runner)
         for side, make, copies, _out in sides:
@@ -404,30 +518,43 @@ def measure_shape(wfmt: str, M: int, K: int, Ns, *, kernels=None, ggml: bool = T
         g_out = out_by_side.get("llama.cpp")
         for (side, regime, copies, calls, _fn, _made), res in zip(plans, results):
             out = out_by_side[side.name]
-            row = dict(base, side=side.name, source=side.source, regime=regime, copies=copies,
-                       copies_bytes=copies * (wbytes if side.source != "cuBLAS" else
-                                              (W16.numel() * 2 if "fp16" in side.name else W8.numel())),
-                       calls=calls, includes=side.includes, q8_1_sum=side.q8_1_sum, span_us=res.get("span_us"),
-                       activities_per_call=res.get("per_call"),
-                       kernels=" + ".join(dict.fromkeys(_short(n) for n in res.get("kernels", []))),
-                       nmse_vs_ref=None if out is None else nmse_gpu(out, ref),
-                       nmse_vs_llamacpp=None if out is None or g_out is None or side.name == "llama.cpp"
-                       else nmse_gpu(out, g_out))
+            row = dict(
+                base,
+                side=side.name,
+                source=side.source,
+                regime=regime,
+                copies=copies,
+                copies_bytes=copies
+                * (wbytes if side.source != "cuBLAS" else (W16.numel() * 2 if "fp16" in side.name else W8.numel())),
+                calls=calls,
+                includes=side.includes,
+                q8_1_sum=side.q8_1_sum,
+                span_us=res.get("span_us"),
+                activities_per_call=res.get("per_call"),
+                kernels=" + ".join(dict.fromkeys(_short(n) for n in res.get("kernels", []))),
+                nmse_vs_ref=None if out is None else nmse_gpu(out, ref),
+                nmse_vs_llamacpp=None
+                if out is None or g_out is None or side.name == "llama.cpp"
+                else nmse_gpu(out, g_out),
+            )
             if "error" in res:
                 row.update(status="error", reason=res["error"], median_us=None)
             else:
                 row.update(status="ok", reason="")
                 row.update(spread(res["busy_us"]))
             rows.append(row)
-        _derive(rows[-len(plans):])
+        _derive(rows[-len(plans) :])
         if progress:
             best = {}
-            for r in rows[-len(plans):]:
+            for r in rows[-len(plans) :]:
                 if r["regime"] == "cold" and r["status"] == "ok":
                     key = "ours" if r["source"] == "ours" else r["side"]
                     best[key] = min(best.get(key, 1e30), r["median_us"])
-            progress(f"{wfmt} M={M} K={K} N={N:<5} cold median us: " +
-                     ", ".join(f"{k} {v:.1f}" for k, v in best.items()) + f"  ({time.perf_counter() - t0:.1f} s)")
+            progress(
+                f"{wfmt} M={M} K={K} N={N:<5} cold median us: "
+                + ", ".join(f"{k} {v:.1f}" for k, v in best.items())
+                + f"  ({time.perf_counter() - t0:.1f} s)"
+            )
     return rows
 
 
@@ -463,23 +590,39 @@ def add_ceilings(rows: list[dict], ceilings: dict, datasheet: dict | None) -> No
 
 COLUMNS = {
     "side": "our kernel's registry name, llama.cpp (ggml mul_mat), cuBLAS fp16 or cuBLASLt int8",
-    "source": "ours, llama.cpp or cuBLAS", "wfmt": "weight format (the cuBLAS sides: the same shape)",
-    "M": "output features", "N": "tokens", "K": "reduction",
+    "source": "ours, llama.cpp or cuBLAS",
+    "wfmt": "weight format (the cuBLAS sides: the same shape)",
+    "M": "output features",
+    "N": "tokens",
+    "K": "reduction",
     "regime": "cold (weights rotate over copies totalling >= 4x L2) or warm (one copy)",
-    "copies": "weight copies rotated over", "copies_bytes": "their total bytes", "calls": "calls timed",
-    "min_us": "fastest call: sum of its GPU activities (CUPTI)", "q1_us": "first quartile",
-    "median_us": "median call", "q3_us": "third quartile", "max_us": "slowest call", "mean_us": "mean",
-    "iqr_us": "q3 - q1", "samples": "calls", "span_us": "first start to last end of the run / calls "
-    "(launch gaps included)", "activities_per_call": "GPU activities (kernels, memsets, copies) per call",
-    "kernels": "the kernels of one call", "includes": "what one call's time includes",
+    "copies": "weight copies rotated over",
+    "copies_bytes": "their total bytes",
+    "calls": "calls timed",
+    "min_us": "fastest call: sum of its GPU activities (CUPTI)",
+    "q1_us": "first quartile",
+    "median_us": "median call",
+    "q3_us": "third quartile",
+    "max_us": "slowest call",
+    "mean_us": "mean",
+    "iqr_us": "q3 - q1",
+    "samples": "calls",
+    "span_us": "first start to last end of the run / calls (launch gaps included)",
+    "activities_per_call": "GPU activities (kernels, memsets, copies) per call",
+    "kernels": "the kernels of one call",
+    "includes": "what one call's time includes",
     "q8_1_sum": "Q8_1 s of the activations: d_sum_q (reference) or sum_x (ggml-cuda's)",
     "nmse_vs_ref": "NMSE against float64 A @ dequantized W (None: random int8 data)",
     "nmse_vs_llamacpp": "NMSE against llama.cpp's output on the same inputs",
     "x_llamacpp": "llama.cpp's median / this median, same regime (> 1: faster than llama.cpp)",
     "x_cublas_fp16": "cuBLAS fp16's median / this median, same regime",
-    "weight_bytes": "bytes of one weight copy", "bytes": "fewest bytes a call moves: weights, float32 A, float32 C",
-    "flops": "2 M N K", "gbps": "bytes / median", "pct_copy_bw": "gbps / measured copy bandwidth, %",
-    "tops": "flops / median / 1e12", "pct_int8_measured": "tops / cuBLASLt int8 at 8192^3, %",
+    "weight_bytes": "bytes of one weight copy",
+    "bytes": "fewest bytes a call moves: weights, float32 A, float32 C",
+    "flops": "2 M N K",
+    "gbps": "bytes / median",
+    "pct_copy_bw": "gbps / measured copy bandwidth, %",
+    "tops": "flops / median / 1e12",
+    "pct_int8_measured": "tops / cuBLASLt int8 at 8192^3, %",
     "pct_int8_datasheet": "tops / the datasheet's dense int8 rate, %",
 }
 
@@ -495,7 +638,7 @@ def write_record(rows: list[dict], header: dict, out_dir, name: str = "sweep") -
     benchmark's writer (``bench.results.write_json``)."""
     from .bench.results import stamp, write_json
 
-    if not name or any(c in name for c in "/\\ ") :
+    if not name or any(c in name for c in "/\\ "):
         raise ValueError(f"name must be a plain file name prefix, got {name!r}")
     return write_json(Path(out_dir) / f"{name}-{stamp()}.json", rows, header, COLUMNS)
 
@@ -505,8 +648,10 @@ def load_record(path, name: str = "sweep") -> dict:
     (by date folder, then time; ``tmp`` folders are scratch space and skipped)."""
     p = Path(path)
     if p.is_dir():
-        found = sorted((q for q in p.rglob(f"{name}-*.json") if "tmp" not in q.relative_to(p).parts),
-                       key=lambda q: (q.parent.name, q.name))
+        found = sorted(
+            (q for q in p.rglob(f"{name}-*.json") if "tmp" not in q.relative_to(p).parts),
+            key=lambda q: (q.parent.name, q.name),
+        )
         if not found:
             raise FileNotFoundError(f"no {name}-*.json under {p}")
         p = found[-1]
@@ -526,8 +671,11 @@ def best_ours(rows: list[dict], wfmt: str, M: int, K: int, regime: str = "cold")
 
 
 def side_rows(rows: list[dict], side: str, wfmt: str, M: int, K: int, regime: str = "cold") -> dict[int, dict]:
-    return {r["N"]: r for r in rows
-            if (r["side"], r["wfmt"], r["M"], r["K"], r["regime"], r["status"]) == (side, wfmt, M, K, regime, "ok")}
+    return {
+        r["N"]: r
+        for r in rows
+        if (r["side"], r["wfmt"], r["M"], r["K"], r["regime"], r["status"]) == (side, wfmt, M, K, regime, "ok")
+    }
 
 
 def as_bench_rows(rows: list[dict], regime: str = "cold") -> list[dict]:
@@ -538,45 +686,72 @@ def as_bench_rows(rows: list[dict], regime: str = "cold") -> list[dict]:
     for r in rows:
         if r["regime"] != regime or r["status"] != "ok":
             continue
-        name = {"llama.cpp": f"ggml_cuda_{r['wfmt']}", "cuBLAS fp16": "torch_cublas_fp16",
-                "cuBLASLt int8": "torch_cublaslt_int8"}.get(r["side"], r["side"])
+        name = {
+            "llama.cpp": f"ggml_cuda_{r['wfmt']}",
+            "cuBLAS fp16": "torch_cublas_fp16",
+            "cuBLASLt int8": "torch_cublaslt_int8",
+        }.get(r["side"], r["side"])
         t = r["median_us"] * 1e-6
-        out.append({"kernel": name, "source": r["source"], "device": "cuda", "wfmt": r["wfmt"],
-                    "afmt": "q8_1" if r["source"] != "cuBLAS" else ("f16" if "fp16" in r["side"] else "i8"),
-                    "M": r["M"], "N": r["N"], "K": r["K"], "status": "ok", "reason": "",
-                    "median_ms": t * 1e3, "min_ms": r["min_us"] * 1e-3, "iqr_ms": r["iqr_us"] * 1e-3,
-                    "reps": r["samples"], "gflops": r["flops"] / t / 1e9, "tflops": r["flops"] / t / 1e12,
-                    "gbps": r["bytes"] / t / 1e9, "bytes": r["bytes"], "timing": f"cupti-{regime}",
-                    "nmse_vs_llamacpp": r.get("nmse_vs_llamacpp")})
+        out.append(
+            {
+                "kernel": name,
+                "source": r["source"],
+                "device": "cuda",
+                "wfmt": r["wfmt"],
+                "afmt": "q8_1" if r["source"] != "cuBLAS" else ("f16" if "fp16" in r["side"] else "i8"),
+                "M": r["M"],
+                "N": r["N"],
+                "K": r["K"],
+                "status": "ok",
+                "reason": "",
+                "median_ms": t * 1e3,
+                "min_ms": r["min_us"] * 1e-3,
+                "iqr_ms": r["iqr_us"] * 1e-3,
+                "reps": r["samples"],
+                "gflops": r["flops"] / t / 1e9,
+                "tflops": r["flops"] / t / 1e12,
+                "gbps": r["bytes"] / t / 1e9,
+                "bytes": r["bytes"],
+                "timing": f"cupti-{regime}",
+                "nmse_vs_llamacpp": r.get("nmse_vs_llamacpp"),
+            }
+        )
     return out
 
 
 def table(rows: list[dict], wfmt: str, M: int, K: int) -> str:
     """A text table per N: llama.cpp, our best, cuBLAS; cold and warm medians; spread; limits."""
-    lines = [f"{wfmt.upper()}  M={M} K={K}   times: median us (IQR), cold | warm",
-             f"{'N':>5} {'llama.cpp':>16} {'ours (best)':>16} {'kernel':<24} {'x llama':>7} {'cuBLAS fp16':>13} "
-             f"{'int8':>8} {'%copy':>6} {'NMSE vs ggml':>12} {'warm ours':>10} {'x llama':>7}"]
+    lines = [
+        f"{wfmt.upper()}  M={M} K={K}   times: median us (IQR), cold | warm",
+        f"{'N':>5} {'llama.cpp':>16} {'ours (best)':>16} {'kernel':<24} {'x llama':>7} {'cuBLAS fp16':>13} "
+        f"{'int8':>8} {'%copy':>6} {'NMSE vs ggml':>12} {'warm ours':>10} {'x llama':>7}",
+    ]
     ours_c, ours_w = best_ours(rows, wfmt, M, K, "cold"), best_ours(rows, wfmt, M, K, "warm")
     g_c, g_w = side_rows(rows, "llama.cpp", wfmt, M, K, "cold"), side_rows(rows, "llama.cpp", wfmt, M, K, "warm")
     c16, c8 = side_rows(rows, "cuBLAS fp16", wfmt, M, K, "cold"), side_rows(rows, "cuBLASLt int8", wfmt, M, K, "cold")
     for N in sorted(ours_c):
         o, g = ours_c[N], g_c.get(N)
         ow, gw = ours_w.get(N), g_w.get(N)
+
         def fmt(r):
             return "-" if r is None else f"{r['median_us']:.1f} ({r['iqr_us']:.1f})"
+
         nm = o.get("nmse_vs_llamacpp")
-        lines.append(f"{N:>5} {fmt(g):>16} {fmt(o):>16} {o['side'].split('q8_1_')[-1]:<24} "
-                     f"{(g['median_us'] / o['median_us']) if g else float('nan'):>7.2f} {fmt(c16.get(N)):>13} "
-                     f"{(c8[N]['median_us'] if N in c8 else float('nan')):>8.1f} {o['pct_copy_bw']:>6.1f} "
-                     f"{(nm if nm is not None else float('nan')):>12.2g} "
-                     f"{(ow['median_us'] if ow else float('nan')):>10.1f} "
-                     f"{(gw['median_us'] / ow['median_us']) if (gw and ow) else float('nan'):>7.2f}")
+        lines.append(
+            f"{N:>5} {fmt(g):>16} {fmt(o):>16} {o['side'].split('q8_1_')[-1]:<24} "
+            f"{(g['median_us'] / o['median_us']) if g else float('nan'):>7.2f} {fmt(c16.get(N)):>13} "
+            f"{(c8[N]['median_us'] if N in c8 else float('nan')):>8.1f} {o['pct_copy_bw']:>6.1f} "
+            f"{(nm if nm is not None else float('nan')):>12.2g} "
+            f"{(ow['median_us'] if ow else float('nan')):>10.1f} "
+            f"{(gw['median_us'] / ow['median_us']) if (gw and ow) else float('nan'):>7.2f}"
+        )
     return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------------------------
 # Command line
 # ---------------------------------------------------------------------------------------------
+
 
 def _parse_ns(text: str) -> tuple[int, ...]:
     if text == "all":
@@ -620,8 +795,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-cublas", action="store_true", help="without cuBLAS")
     p.add_argument("--allow-busy", action="store_true", help="measure even when the host is busy (the record says so)")
     p.add_argument("--out", default=None, help="folder (default bench_results/<gpu>/<date>)")
-    p.add_argument("--name", default="sweep", help="file name prefix (default sweep; chapter 6 reads the newest "
-                   "sweep-*.json, chapter 5 the newest ch5-*.json)")
+    p.add_argument(
+        "--name",
+        default="sweep",
+        help="file name prefix (default sweep; chapter 6 reads the newest "
+        "sweep-*.json, chapter 5 the newest ch5-*.json)",
+    )
     p.add_argument("--list", action="store_true", help="print the plan and stop (no GPU needed)")
     return p
 
@@ -647,8 +826,10 @@ def main(argv=None) -> int:
         raise SystemExit("measure needs a CUDA GPU (the profiler times GPU activities); use `bench` on a CPU")
     load0 = host_load()
     if load0["busy"] and not args.allow_busy:
-        raise SystemExit(f"the host is busy (load {load0['load1']:.1f} on {load0['cpus']} CPUs, limit "
-                         f"{load0['limit']:.1f}): host-launched timings would move. Wait, or --allow-busy")
+        raise SystemExit(
+            f"the host is busy (load {load0['load1']:.1f} on {load0['cpus']} CPUs, limit "
+            f"{load0['limit']:.1f}): host-launched timings would move. Wait, or --allow-busy"
+        )
     from . import llamacpp
     from ._build import load_extension
     from .bench.machine import ROOT, cpu_model, machine_name, machine_slug
@@ -658,22 +839,44 @@ def main(argv=None) -> int:
     ceil = measure_ceilings()
     ds = DATASHEET.get(gpu["name"])
     commit, dirty = _git_commit()
-    header = {"tool": "quantgemm_kernels.measure", "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-              "machine": machine_name("cuda"), "gpu": gpu, "cpu": cpu_model(),
-              "torch": torch.__version__, "cuda": torch.version.cuda, "git_commit": commit, "git_dirty": dirty,
-              "ceilings": ceil, "datasheet": ds, "load_before": load0, "args": vars(args),
-              "method": __doc__.split("\n\n", 1)[1].strip(),
-              "ggml": None if args.no_ggml else llamacpp.available()}
+    header = {
+        "tool": "quantgemm_kernels.measure",
+        "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "machine": machine_name("cuda"),
+        "gpu": gpu,
+        "cpu": cpu_model(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "git_commit": commit,
+        "git_dirty": dirty,
+        "ceilings": ceil,
+        "datasheet": ds,
+        "load_before": load0,
+        "args": vars(args),
+        "method": __doc__.split("\n\n", 1)[1].strip(),
+        "ggml": None if args.no_ggml else llamacpp.available(),
+    }
     print(f"# {header['machine']}; L2 {gpu['l2_bytes'] / 2**20:.0f} MiB, {gpu['sms']} SMs; commit {commit}")
-    print(f"# copy {ceil['copy_gbps']:.0f} GB/s, cuBLAS fp16 {ceil['cublas_fp16_tflops']:.0f} TFLOP/s, "
-          f"cuBLASLt int8 {ceil['cublaslt_int8_tops']:.0f} TOPS ({ceil['int8_kernel']})")
+    print(
+        f"# copy {ceil['copy_gbps']:.0f} GB/s, cuBLAS fp16 {ceil['cublas_fp16_tflops']:.0f} TFLOP/s, "
+        f"cuBLASLt int8 {ceil['cublaslt_int8_tops']:.0f} TOPS ({ceil['int8_kernel']})"
+    )
     if header["ggml"] is not None:
         print(f"# {llamacpp.info_line()}")
     rows = []
     for wfmt in formats:
         for M, K in shapes:
-            new = measure_shape(wfmt, M, K, ns, kernels=kernels, ggml=not args.no_ggml,
-                                cublas=not args.no_cublas, min_calls=args.min_calls, l2_bytes=gpu["l2_bytes"])
+            new = measure_shape(
+                wfmt,
+                M,
+                K,
+                ns,
+                kernels=kernels,
+                ggml=not args.no_ggml,
+                cublas=not args.no_cublas,
+                min_calls=args.min_calls,
+                l2_bytes=gpu["l2_bytes"],
+            )
             add_ceilings(new, ceil, ds)
             rows += new
             print(table(rows, wfmt, M, K), flush=True)

@@ -20,6 +20,7 @@ Convention (the whole course): ``W [M, K]`` weights, ``A [N, K]`` activations, `
 Scales are read from the fp16 fields exactly as kernels read them, so a kernel may differ from
 the reference only by float32 rounding of its additions.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -114,8 +115,9 @@ def gemm_wq_aq8_1(Aq: np.ndarray, Wq: np.ndarray, wfmt: str, q4_0_formula: str =
     return per_block.sum(axis=2)
 
 
-def gemm(A: np.ndarray, W: np.ndarray, wfmt: str, afmt: str, q8_1_sum: str = "d_sum_q",
-         q4_0_formula: str = "compensated") -> np.ndarray:
+def gemm(
+    A: np.ndarray, W: np.ndarray, wfmt: str, afmt: str, q8_1_sum: str = "d_sum_q", q4_0_formula: str = "compensated"
+) -> np.ndarray:
     """The reference for a kernel with weight format ``wfmt`` and activation format ``afmt``.
 
     ``A`` is float32 ``[N, K]``; ``W`` is float32 ``[M, K]`` (``wfmt="f32"``) or quantized bytes.

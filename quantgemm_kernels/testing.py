@@ -14,6 +14,7 @@ Two error budgets, never mixed up:
   chapter 2 (on normal data Q8_0 ~ 3e-5 and Q4_0 ~ 7e-3; on uniform data in [-1, 1] about half
   that).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -25,8 +26,16 @@ FORMAT_NMSE = {"q8_0": 1e-4, "q8_1": 1e-4, "q4_0": 2e-2}  #: quantized vs float3
 
 #: Ragged GEMM shapes (M, N, K): M=1, N=1, K=32, primes and non-powers of two, decode and prefill-like.
 SHAPES = [
-    (1, 1, 32), (1, 7, 64), (7, 1, 96), (33, 5, 160), (64, 3, 256), (83, 9, 128), (45, 77, 64),
-    (130, 2, 1024), (17, 33, 288), (256, 64, 512),
+    (1, 1, 32),
+    (1, 7, 64),
+    (7, 1, 96),
+    (33, 5, 160),
+    (64, 3, 256),
+    (83, 9, 128),
+    (45, 77, 64),
+    (130, 2, 1024),
+    (17, 33, 288),
+    (256, 64, 512),
 ]
 
 DISTRIBUTIONS = ("uniform", "normal", "heavy_tailed", "outliers", "zeros", "tiny", "huge", "sparse")
@@ -104,7 +113,7 @@ def check_on_shapes(kernel, shapes=None, dist: str = "normal") -> list[float]:
 
     k = KERNELS[kernel] if isinstance(kernel, str) else kernel
     errs = []
-    for (M, N, K) in SHAPES if shapes is None else shapes:
+    for M, N, K in SHAPES if shapes is None else shapes:
         err, C, ref = check_kernel(k, M, N, K, dist, seed=M * 7 + N)
         assert C.shape == (N, M), f"{k.name} M={M} N={N} K={K}: result shape {C.shape}, expected {(N, M)}"
         assert err <= KERNEL_NMSE, f"{k.name} M={M} N={N} K={K}: NMSE {err:.3g} > {KERNEL_NMSE:g}"

@@ -8,6 +8,7 @@ Chapter 1 introduces :func:`plot_speedup` and :func:`print_source`; chapter 2 :f
 :func:`sample_values`, :func:`format_nmse`, :func:`plot_quant_histograms` and :func:`nmse_explorer`;
 chapters 3 and 4 use :func:`speedup_explorer` and :func:`plot_roofline`.
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -18,8 +19,14 @@ from . import formats as F
 from . import reference as R
 
 #: One colour per format, the same in every chapter.
-FORMAT_COLORS = {"f32": "#7f7f7f", "f16": "#bcbd22", "q4_0": "#1f77b4", "q4_1": "#9467bd", "q8_0": "#2ca02c",
-                 "q8_1": "#d62728"}
+FORMAT_COLORS = {
+    "f32": "#7f7f7f",
+    "f16": "#bcbd22",
+    "q4_0": "#1f77b4",
+    "q4_1": "#9467bd",
+    "q8_0": "#2ca02c",
+    "q8_1": "#d62728",
+}
 
 #: Distributions :func:`sample_values` draws from (outliers are added on top of any of them).
 SAMPLE_DISTRIBUTIONS = ("uniform", "normal", "student_t")
@@ -34,6 +41,7 @@ def _pyplot():
 # --------------------------------------------------------------------------------------------
 # Chapter 1: kernels, timings, speedups
 # --------------------------------------------------------------------------------------------
+
 
 def print_source(kernel) -> None:
     """Print the source file of a registered kernel, with its path relative to the package (chapter 1).
@@ -55,8 +63,10 @@ def results_table(results: list[dict]) -> str:
     head = f"{'kernel':28s} {'M':>6s} {'N':>6s} {'K':>6s} {'median ms':>10s} {'GFLOP/s':>9s} {'GB/s':>8s}"
     lines = [head, "-" * len(head)]
     for r in results:
-        lines.append(f"{r['kernel']:28s} {r['M']:6d} {r['N']:6d} {r['K']:6d} {r['median_ms']:10.4g} "
-                     f"{r['gflops']:9.4g} {r['gbps']:8.4g}")
+        lines.append(
+            f"{r['kernel']:28s} {r['M']:6d} {r['N']:6d} {r['K']:6d} {r['median_ms']:10.4g} "
+            f"{r['gflops']:9.4g} {r['gbps']:8.4g}"
+        )
     return "\n".join(lines)
 
 
@@ -119,8 +129,15 @@ def plot_speedup(results: list[dict], title: str, baseline: str | None = None, a
             continue
         bars = ax.bar(xs, ys, width, label=name)
         for b, y in zip(bars, ys):
-            ax.annotate(f"{y:.3g}x", (b.get_x() + b.get_width() / 2, y), ha="center", va="bottom",
-                        fontsize=7, xytext=(0, 1), textcoords="offset points")
+            ax.annotate(
+                f"{y:.3g}x",
+                (b.get_x() + b.get_width() / 2, y),
+                ha="center",
+                va="bottom",
+                fontsize=7,
+                xytext=(0, 1),
+                textcoords="offset points",
+            )
         speedups += ys
     ax.axhline(1.0, color="black", lw=0.8)
     if max(speedups) / max(min(speedups), 1e-12) > 20:
@@ -188,19 +205,38 @@ def plot_roofline(results: list[dict], peak_gflops: float, peak_gbps: float, tit
     xs = np.geomspace(lo, hi, 200)
     ax.plot(xs, np.minimum(peak_gflops, xs * peak_gbps), color="black", lw=1.5)
     ax.axvline(ridge, color="gray", lw=0.8, ls=":")
-    ax.annotate(f"ridge {ridge:.3g} FLOP/B", (ridge, peak_gflops), xytext=(4, -12),
-                textcoords="offset points", fontsize=8, color="gray")
-    ax.annotate(f"{peak_gbps:.4g} GB/s", (xs[0], xs[0] * peak_gbps), xytext=(2, 4),
-                textcoords="offset points", fontsize=8)
-    ax.annotate(f"{peak_gflops:.4g} GFLOP/s", (xs[-1], peak_gflops), xytext=(-4, 4),
-                textcoords="offset points", fontsize=8, ha="right")
+    ax.annotate(
+        f"ridge {ridge:.3g} FLOP/B",
+        (ridge, peak_gflops),
+        xytext=(4, -12),
+        textcoords="offset points",
+        fontsize=8,
+        color="gray",
+    )
+    ax.annotate(
+        f"{peak_gbps:.4g} GB/s", (xs[0], xs[0] * peak_gbps), xytext=(2, 4), textcoords="offset points", fontsize=8
+    )
+    ax.annotate(
+        f"{peak_gflops:.4g} GFLOP/s",
+        (xs[-1], peak_gflops),
+        xytext=(-4, 4),
+        textcoords="offset points",
+        fontsize=8,
+        ha="right",
+    )
     markers = "osD^v<>pPX*h"
     for i, name in enumerate(_kernel_order(results)):
         sel = [j for j, r in enumerate(results) if r["kernel"] == name]
         ax.scatter(ai[sel], perf[sel], marker=markers[i % len(markers)], label=name, zorder=3)
         for j in sel:
-            ax.annotate(f"N={results[j]['N']}", (ai[j], perf[j]), xytext=(3, 3), textcoords="offset points",
-                        fontsize=6, color="dimgray")
+            ax.annotate(
+                f"N={results[j]['N']}",
+                (ai[j], perf[j]),
+                xytext=(3, 3),
+                textcoords="offset points",
+                fontsize=6,
+                color="dimgray",
+            )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP / byte moved)")
@@ -214,6 +250,7 @@ def plot_roofline(results: list[dict], peak_gflops: float, peak_gbps: float, tit
 # --------------------------------------------------------------------------------------------
 # Chapter 2: block layouts and quantization error
 # --------------------------------------------------------------------------------------------
+
 
 def _fields(fmt: str) -> list[tuple[str, int, int]]:
     """(name, first byte, size) of each field of a block, from the numpy dtype (the spec)."""
@@ -268,27 +305,50 @@ def draw_block_layout(fmt: str, ax=None, n_blocks: int = 1):
                 elif name == "qs":
                     ax.text(x + 0.5, 0.5, f"{i}", ha="center", va="center", fontsize=8)
             if name != "qs":  # the 2-byte headers are labelled inside their cells
-                ax.text(base + off + size / 2, 0.5, _FIELD_TEXT[name] if detail else name, ha="center",
-                        va="center", fontsize=7.5 if detail else 7,
-                        bbox=dict(boxstyle="square,pad=0.1", facecolor=_FIELD_COLORS[name], edgecolor="none"))
+                ax.text(
+                    base + off + size / 2,
+                    0.5,
+                    _FIELD_TEXT[name] if detail else name,
+                    ha="center",
+                    va="center",
+                    fontsize=7.5 if detail else 7,
+                    bbox=dict(boxstyle="square,pad=0.1", facecolor=_FIELD_COLORS[name], edgecolor="none"),
+                )
                 continue
             if detail:
-                label = (f"qs: {size} bytes = {2 * size} nibbles (low: value j, high: value j+16)" if nibbles
-                         else f"qs: {size} x int8 (value j in byte {off}+j)")
+                label = (
+                    f"qs: {size} bytes = {2 * size} nibbles (low: value j, high: value j+16)"
+                    if nibbles
+                    else f"qs: {size} x int8 (value j in byte {off}+j)"
+                )
             else:
                 label = f"block {b}: qs"
-            ax.annotate("", xy=(base + off, 1.12), xytext=(base + off + size, 1.12),
-                        arrowprops=dict(arrowstyle="|-|", lw=0.7, mutation_scale=3))
+            ax.annotate(
+                "",
+                xy=(base + off, 1.12),
+                xytext=(base + off + size, 1.12),
+                arrowprops=dict(arrowstyle="|-|", lw=0.7, mutation_scale=3),
+            )
             ax.text(base + off + size / 2, 1.22, label, ha="center", va="bottom", fontsize=8.5)
         ax.add_patch(Rectangle((base, 0), bb, 1, fill=False, edgecolor="black", lw=1.8))
     step = 1 if total <= 40 else 2
     for x in range(0, total + 1, step):
-        ax.text(x + (0.5 if x < total else 0), -0.18, str(x) if x < total else "", ha="center", va="top",
-                fontsize=7, color="dimgray")
+        ax.text(
+            x + (0.5 if x < total else 0),
+            -0.18,
+            str(x) if x < total else "",
+            ha="center",
+            va="top",
+            fontsize=7,
+            color="dimgray",
+        )
     # 32-bit words of memory, assuming block 0 starts on a 4-byte boundary
     for w in range(0, total, 4):
-        ax.add_patch(Rectangle((w, -0.75), min(4, total - w), 0.3, facecolor="#eeeeee" if (w // 4) % 2 else "#cccccc",
-                               edgecolor="none"))
+        ax.add_patch(
+            Rectangle(
+                (w, -0.75), min(4, total - w), 0.3, facecolor="#eeeeee" if (w // 4) % 2 else "#cccccc", edgecolor="none"
+            )
+        )
     ax.text(-0.3, -0.6, "32-bit words", ha="right", va="center", fontsize=8)
     q_off = dict((n, o) for n, o, _ in _fields(fmt))["qs"]
     for b in range(n_blocks):
@@ -297,26 +357,42 @@ def draw_block_layout(fmt: str, ax=None, n_blocks: int = 1):
         if not aligned:  # a 4-byte load of qs[0..3] would straddle two words
             ax.add_patch(Rectangle((start, -0.8), 4, 0.4, fill=False, edgecolor="darkred", lw=1.2, ls="--"))
         if detail:
-            text = f"qs at byte {start}" + ("" if aligned else f" ({start} mod 4 = {start % 4}): "
-                                                                  "an int32 load there straddles two words")
+            text = f"qs at byte {start}" + (
+                "" if aligned else f" ({start} mod 4 = {start % 4}): an int32 load there straddles two words"
+            )
         else:
             text = f"qs at {start}: " + ("aligned" if aligned else f"{start} mod 4 = {start % 4}")
-        ax.annotate(text,
-                    xy=(start, -0.8), xytext=(start + 4.6, -1.2), fontsize=8.5, va="center",
-                    color="darkgreen" if aligned else "darkred",
-                    arrowprops=dict(arrowstyle="->", color="darkgreen" if aligned else "darkred", lw=0.8))
+        ax.annotate(
+            text,
+            xy=(start, -0.8),
+            xytext=(start + 4.6, -1.2),
+            fontsize=8.5,
+            va="center",
+            color="darkgreen" if aligned else "darkred",
+            arrowprops=dict(arrowstyle="->", color="darkgreen" if aligned else "darkred", lw=0.8),
+        )
     ax.set_xlim(-4.2, total + 0.5)
     ax.set_ylim(-1.4, 1.6)
     ax.set_axis_off()
     what = f"{n_blocks} consecutive blocks" if n_blocks > 1 else "one block"
-    ax.set_title(f"{fmt.upper()}: {bb} bytes per 32 values ({F.bits_per_weight(fmt):g} bits per value), {what}",
-                 fontsize=10, loc="left")
+    ax.set_title(
+        f"{fmt.upper()}: {bb} bytes per 32 values ({F.bits_per_weight(fmt):g} bits per value), {what}",
+        fontsize=10,
+        loc="left",
+    )
     fig.tight_layout()
     return fig
 
 
-def sample_values(dist: str = "normal", shape=(64, 1024), scale: float = 1.0, outlier_fraction: float = 0.0,
-                  outlier_magnitude: float = 30.0, df: float = 3.0, seed: int = 0) -> np.ndarray:
+def sample_values(
+    dist: str = "normal",
+    shape=(64, 1024),
+    scale: float = 1.0,
+    outlier_fraction: float = 0.0,
+    outlier_magnitude: float = 30.0,
+    df: float = 3.0,
+    seed: int = 0,
+) -> np.ndarray:
     """float32 values to quantize: a distribution, a scale, and optional outliers (chapter 2).
 
     ``dist`` is ``"uniform"`` (on [-1, 1]), ``"normal"`` or ``"student_t"`` (``df`` degrees of
@@ -404,11 +480,11 @@ def nmse_explorer(shape=(32, 1024), seed: int = 0):
 
     plt = _pyplot()
     style = {"description_width": "110px"}
-    dist = widgets.Dropdown(options=list(SAMPLE_DISTRIBUTIONS), value="normal", description="distribution",
-                            style=style)
+    dist = widgets.Dropdown(options=list(SAMPLE_DISTRIBUTIONS), value="normal", description="distribution", style=style)
     scale = widgets.FloatLogSlider(value=1.0, base=10, min=-4, max=3, step=0.25, description="scale", style=style)
-    frac = widgets.FloatSlider(value=0.0, min=0.0, max=0.05, step=0.0025, readout_format=".2%",
-                               description="outlier fraction", style=style)
+    frac = widgets.FloatSlider(
+        value=0.0, min=0.0, max=0.05, step=0.0025, readout_format=".2%", description="outlier fraction", style=style
+    )
     mag = widgets.FloatLogSlider(value=30.0, base=10, min=0, max=3, step=0.25, description="outlier x", style=style)
     table = widgets.HTML()
     out = widgets.Output()
@@ -416,15 +492,18 @@ def nmse_explorer(shape=(32, 1024), seed: int = 0):
     def redraw(change=None):
         x = sample_values(dist.value, shape, scale.value, frac.value, mag.value, seed=seed)
         errs = format_nmse(x)
-        rows = "".join(f"<tr><td>{f.upper()}</td><td>{F.bits_per_weight(f):g}</td><td>{e:.3e}"
-                       + ("" if np.isfinite(e) else " (the fp16 scale overflowed: max |x| too large)")
-                       + "</td></tr>" for f, e in errs.items())
-        table.value = ("<table><tr><th>format</th><th>bits/value</th><th>NMSE vs float32</th></tr>"
-                       f"{rows}</table>")
+        rows = "".join(
+            f"<tr><td>{f.upper()}</td><td>{F.bits_per_weight(f):g}</td><td>{e:.3e}"
+            + ("" if np.isfinite(e) else " (the fp16 scale overflowed: max |x| too large)")
+            + "</td></tr>"
+            for f, e in errs.items()
+        )
+        table.value = f"<table><tr><th>format</th><th>bits/value</th><th>NMSE vs float32</th></tr>{rows}</table>"
         with out:
             out.clear_output(wait=True)
-            fig = plot_quant_histograms(x, title=f"{dist.value}, scale {scale.value:g}, "
-                                                 f"{frac.value:.2%} outliers x{mag.value:g}")
+            fig = plot_quant_histograms(
+                x, title=f"{dist.value}, scale {scale.value:g}, {frac.value:.2%} outliers x{mag.value:g}"
+            )
             fig.set_dpi(80)  # the figure is saved in the notebook's widget state: keep it small
             plt.show()
 
@@ -437,6 +516,7 @@ def nmse_explorer(shape=(32, 1024), seed: int = 0):
 # --------------------------------------------------------------------------------------------
 # Chapters 5 and 6: the sweep over every batch size (quantgemm_kernels.measure records)
 # --------------------------------------------------------------------------------------------
+
 
 def plot_crossover(record: dict, wfmt: str, M: int, K: int, ax=None):
     """Time per call against N for one weight format and layer shape: our fastest kernel at each N
@@ -462,15 +542,26 @@ def plot_crossover(record: dict, wfmt: str, M: int, K: int, ax=None):
         ax.errorbar(ns, med, yerr=[lo, hi], label=label, capsize=2, ms=3.5, **style)
 
     draw(best_ours(rows, wfmt, M, K, "cold"), "ours (fastest chapter-6 kernel), cold", color="C0", marker="o")
-    draw(best_ours(rows, wfmt, M, K, "warm"), "ours, warm (weights in L2 when they fit)", color="C0", ls="--",
-         marker=".", alpha=0.6)
+    draw(
+        best_ours(rows, wfmt, M, K, "warm"),
+        "ours, warm (weights in L2 when they fit)",
+        color="C0",
+        ls="--",
+        marker=".",
+        alpha=0.6,
+    )
     draw(side_rows(rows, "llama.cpp", wfmt, M, K, "cold"), "llama.cpp mul_mat, cold", color="C3", marker="s")
     draw(side_rows(rows, "cuBLAS fp16", wfmt, M, K, "cold"), "cuBLAS fp16, cold", color="C2", marker="^")
     draw(side_rows(rows, "cuBLASLt int8", wfmt, M, K, "cold"), "cuBLASLt int8, cold", color="C7", marker="v")
     bw = h["ceilings"]["copy_gbps"]
     wbytes = M * F.row_bytes(wfmt, K)
-    ax.axhline(wbytes / bw / 1e3, color="black", lw=1, ls=":",
-               label=f"{wfmt.upper()} weights at the copy bandwidth ({bw:.0f} GB/s)")
+    ax.axhline(
+        wbytes / bw / 1e3,
+        color="black",
+        lw=1,
+        ls=":",
+        label=f"{wfmt.upper()} weights at the copy bandwidth ({bw:.0f} GB/s)",
+    )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ns = sorted({r["N"] for r in rows if r["wfmt"] == wfmt and (r["M"], r["K"]) == (M, K)})
@@ -478,9 +569,11 @@ def plot_crossover(record: dict, wfmt: str, M: int, K: int, ax=None):
     ax.set_xlabel("N (tokens in the batch)")
     ax.set_ylabel("µs per call (median; bars: quartiles)")
     g = h.get("ggml") or {}
-    ax.set_title(f"{wfmt.upper()} weights, M = {M}, K = {K}: kernel time per call (CUPTI)\n"
-                 f"{h.get('machine')}, llama.cpp = ggml {g.get('ggml_version')}, recorded {str(h.get('date'))[:10]}",
-                 fontsize=9)
+    ax.set_title(
+        f"{wfmt.upper()} weights, M = {M}, K = {K}: kernel time per call (CUPTI)\n"
+        f"{h.get('machine')}, llama.cpp = ggml {g.get('ggml_version')}, recorded {str(h.get('date'))[:10]}",
+        fontsize=9,
+    )
     ax.legend(fontsize=7, loc="upper left")
     ax.grid(True, which="major", lw=0.3)
     fig.tight_layout()

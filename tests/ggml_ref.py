@@ -3,6 +3,7 @@
 ggml's quantizer lives in :mod:`quantgemm_kernels.llamacpp` (it reaches ggml through the
 ``ggml`` module, ggml-python or ggml-py); this file only re-exports it for the tests.
 """
+
 import numpy as np
 
 from quantgemm_kernels.formats import BLOCK_BYTES as SIZES  # noqa: F401 - kept for old imports

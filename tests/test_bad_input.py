@@ -1,4 +1,5 @@
 """Bad input gets a clear error (TypeError / ValueError naming the argument), never a crash."""
+
 import pytest
 import torch
 
@@ -15,7 +16,12 @@ def bad_quantize_cases():
         ("wrong dtype", lambda: qk.quantize(x.double(), "q4_0"), TypeError, "x must be torch.float32"),
         ("not a tensor", lambda: qk.quantize(x.numpy(), "q4_0"), TypeError, "x must be a torch.Tensor"),
         ("1-D", lambda: qk.quantize(x[0], "q4_0"), ValueError, "2-D"),
-        ("K % 32", lambda: qk.quantize(torch.randn(4, 40), "q8_0"), ValueError, "K (40) must be a positive multiple of 32"),
+        (
+            "K % 32",
+            lambda: qk.quantize(torch.randn(4, 40), "q8_0"),
+            ValueError,
+            "K (40) must be a positive multiple of 32",
+        ),
         ("K = 0", lambda: qk.quantize(torch.randn(4, 0), "q8_0"), ValueError, "K (0)"),
         ("non-contiguous", lambda: qk.quantize(torch.randn(64, 4).t(), "q4_0"), ValueError, "contiguous"),
         ("unknown format", lambda: qk.quantize(x, "q5_0"), ValueError, "fmt must be one of"),
@@ -23,8 +29,12 @@ def bad_quantize_cases():
         ("NaN", lambda: qk.quantize(torch.full((1, 32), float("nan")), "q4_0"), ValueError, "NaN or Inf"),
         ("Inf", lambda: qk.quantize(torch.full((1, 32), float("inf")), "q8_0"), ValueError, "NaN or Inf"),
         ("dequantize float", lambda: qk.dequantize(x, "q4_0"), TypeError, "q must be torch.uint8"),
-        ("dequantize partial block", lambda: qk.dequantize(torch.zeros(2, 20, dtype=torch.uint8), "q4_0"),
-         ValueError, "not a whole number of q4_0 blocks"),
+        (
+            "dequantize partial block",
+            lambda: qk.dequantize(torch.zeros(2, 20, dtype=torch.uint8), "q4_0"),
+            ValueError,
+            "not a whole number of q4_0 blocks",
+        ),
     ]
 
 
@@ -44,7 +54,12 @@ def bad_gemm_cases():
         ("W float64", lambda: qk.gemm(A, W.double(), F32_KERNEL), TypeError, "W must be torch.float32"),
         ("K mismatch", lambda: qk.gemm(A, torch.randn(5, 96), F32_KERNEL), ValueError, "disagree on K"),
         ("K % 32", lambda: qk.gemm(torch.randn(3, 40), torch.randn(5, 40), F32_KERNEL), ValueError, "multiple of 32"),
-        ("A non-contiguous", lambda: qk.gemm(torch.randn(64, 3).t(), W, F32_KERNEL), ValueError, "A must be contiguous"),
+        (
+            "A non-contiguous",
+            lambda: qk.gemm(torch.randn(64, 3).t(), W, F32_KERNEL),
+            ValueError,
+            "A must be contiguous",
+        ),
         ("A 3-D", lambda: qk.gemm(A[None], W, F32_KERNEL), ValueError, "A must be 2-D"),
         ("K = 0", lambda: qk.gemm(torch.randn(3, 0), torch.randn(5, 0), F32_KERNEL), ValueError, "K \\(0\\)"),
     ]
@@ -52,8 +67,12 @@ def bad_gemm_cases():
         k = q4_kernels[0]
         cases += [
             ("float W for a q4_0 kernel", lambda: qk.gemm(A, W, k), TypeError, "W must be torch.uint8"),
-            ("W of the wrong format", lambda: qk.gemm(A, qk.quantize(W, "q8_0")[:, :50].contiguous(), k),
-             ValueError, "not a whole number of q4_0 blocks"),
+            (
+                "W of the wrong format",
+                lambda: qk.gemm(A, qk.quantize(W, "q8_0")[:, :50].contiguous(), k),
+                ValueError,
+                "not a whole number of q4_0 blocks",
+            ),
             ("bytes for an f32 kernel", lambda: qk.gemm(A, Wq, F32_KERNEL), TypeError, "W must be torch.float32"),
         ]
     if HAS_CUDA:
@@ -61,9 +80,18 @@ def bad_gemm_cases():
         cases += [
             ("CPU tensors to a CUDA kernel", lambda: qk.gemm(A, W, cuda), ValueError, "runs on cuda"),
             ("mixed devices", lambda: qk.gemm(A.cuda(), W, cuda), ValueError, "same device"),
-            ("CUDA tensors to a CPU kernel", lambda: qk.gemm(A.cuda(), W.cuda(), F32_KERNEL), ValueError, "runs on cpu"),
-            ("misaligned view", lambda: qk.gemm(torch.randn(3 * 64 + 1, device="cuda")[1:].view(3, 64), W.cuda(), cuda),
-             ValueError, "16-byte boundary"),
+            (
+                "CUDA tensors to a CPU kernel",
+                lambda: qk.gemm(A.cuda(), W.cuda(), F32_KERNEL),
+                ValueError,
+                "runs on cpu",
+            ),
+            (
+                "misaligned view",
+                lambda: qk.gemm(torch.randn(3 * 64 + 1, device="cuda")[1:].view(3, 64), W.cuda(), cuda),
+                ValueError,
+                "16-byte boundary",
+            ),
         ]
     return cases
 
@@ -109,8 +137,10 @@ def test_compiled_ops_check_too():
     import os
     import subprocess
     import sys
-    r = subprocess.run([sys.executable, "-c", COMPILED_OP_CHECKS], capture_output=True, text=True, timeout=900,
-                       env=dict(os.environ))
+
+    r = subprocess.run(
+        [sys.executable, "-c", COMPILED_OP_CHECKS], capture_output=True, text=True, timeout=900, env=dict(os.environ)
+    )
     assert r.returncode == 0 and "ALL RAISED" in r.stdout, f"exit {r.returncode}: {r.stderr[-1500:]}"
 
 
@@ -119,6 +149,7 @@ def test_fp16_overflow_warns_and_keeps_llama_cpp_bytes(fmt, scale):
     """A scale (or Q8_1's sum s) beyond fp16's range is stored as inf, as llama.cpp stores it."""
     import numpy as np
     from quantgemm_kernels import formats as F
+
     x = torch.full((1, 32), scale)
     with pytest.warns(RuntimeWarning, match="overflows fp16"):
         q = qk.quantize(x, fmt)

@@ -1,6 +1,7 @@
 """The benchmark command and its files: a row per (kernel, shape), the header that says what
 produced the numbers, round trips through CSV and JSON, the timed operator giving gemm()'s output,
 entries told apart by their side. Speed itself is never asserted."""
+
 import json
 import math
 import os
@@ -16,8 +17,21 @@ HEADER_FIELDS = ("machine", "date", "git_commit", "torch", "threads", "activatio
 
 
 def _run_main(tmp_path, *extra):
-    rc = bench.main(["--shapes", TINY_SPEC, "--reps", "1", "--warmup", "0", "--out", str(tmp_path),
-                     "--no-ceilings", "--quiet", *extra])
+    rc = bench.main(
+        [
+            "--shapes",
+            TINY_SPEC,
+            "--reps",
+            "1",
+            "--warmup",
+            "0",
+            "--out",
+            str(tmp_path),
+            "--no-ceilings",
+            "--quiet",
+            *extra,
+        ]
+    )
     assert rc == 0
     (csv_path,), (json_path,) = tmp_path.glob("*.csv"), tmp_path.glob("*.json")
     return bench.load_results(csv_path), bench.load_results(json_path)
@@ -65,7 +79,9 @@ def test_kernel_globs_add_the_naive_baseline():
     for k in picked:
         if k.name.endswith("_blocked") and bench.baseline_name(k) in KERNELS:
             assert bench.baseline_name(k) in names
-    assert bench.select_kernels("cpu", "*_blocked", baseline=False) == [k for k in picked if k.name.endswith("_blocked")]
+    assert bench.select_kernels("cpu", "*_blocked", baseline=False) == [
+        k for k in picked if k.name.endswith("_blocked")
+    ]
     with pytest.raises(ValueError, match="no kernel matches"):
         bench.select_kernels("cpu", "no_such_kernel_*")
 
@@ -81,8 +97,9 @@ def test_speedups_are_relative_to_the_naive_kernel(tmp_path):
 
 def test_too_slow_combinations_are_skipped_with_a_reason(monkeypatch):
     monkeypatch.setattr(bench.sweep, "_PROBE_FLOPS", 0)  # probe even a tiny shape
-    rows = bench.run_sweep(["cpu_f32_f32_naive"], [(256, 1, 64)], reps=1, warmup=0, max_seconds=1e-12,
-                           progress=False, baseline=False)
+    rows = bench.run_sweep(
+        ["cpu_f32_f32_naive"], [(256, 1, 64)], reps=1, warmup=0, max_seconds=1e-12, progress=False, baseline=False
+    )
     (r,) = rows
     assert r["status"] == "skipped" and "--max-seconds" in r["reason"] and r["est_ms"] > 0
     assert r["median_ms"] is None
@@ -146,7 +163,8 @@ def test_cpu_name_names_the_cpu_never_the_gpu(monkeypatch):
 
 
 CPUINFO_HT = "\n\n".join(  # 2 sockets x 2 cores x 2 hyperthreads
-    f"processor\t: {p}\nmodel name\t: X\nphysical id\t: {p // 4}\ncore id\t\t: {p % 2}\n" for p in range(8))
+    f"processor\t: {p}\nmodel name\t: X\nphysical id\t: {p // 4}\ncore id\t\t: {p % 2}\n" for p in range(8)
+)
 
 
 def test_physical_cores_counts_hyperthread_siblings_once():
@@ -172,8 +190,9 @@ def test_host_load_busy_rule(monkeypatch):
 def test_cache_option_is_checked_and_recorded():
     with pytest.raises(ValueError, match="cache must be"):
         bench.run_sweep(["cpu_f32_f32_naive"], "16x1x32", reps=1, warmup=0, progress=False, cache="hot")
-    rows = bench.run_sweep(["cpu_f32_f32_naive"], "16x1x32", reps=1, warmup=0, progress=False, baseline=False,
-                           cache="cold")
+    rows = bench.run_sweep(
+        ["cpu_f32_f32_naive"], "16x1x32", reps=1, warmup=0, progress=False, baseline=False, cache="cold"
+    )
     assert rows[0]["cache"] == "n/a" and rows[0]["copies"] == 1, "the CPU has no cold regime here"
     json.dumps(rows)  # every field a plain value (a GPU run once stored the sweep's tensor cache here)
     assert "cache" in bench.COLUMNS and "copies" in bench.COLUMNS
@@ -187,8 +206,16 @@ def test_cold_cache_rotates_over_copies_larger_than_the_l2():
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     assert r["status"] == "ok" and r["cache"] == "cold"
     assert r["copies"] * 1024 * 4096 // 32 * 18 >= 4 * l2
-    graph = bench.run_sweep(["cuda_q4_0_q8_1_decode"], "1024x1x4096", reps=2, warmup=0, progress=False,
-                            baseline=False, cache="cold", graph=True)[0]
+    graph = bench.run_sweep(
+        ["cuda_q4_0_q8_1_decode"],
+        "1024x1x4096",
+        reps=2,
+        warmup=0,
+        progress=False,
+        baseline=False,
+        cache="cold",
+        graph=True,
+    )[0]
     if graph["status"] == "ok":  # a graph replays whole rotations over the copies
         assert graph["timing"] == "cuda-graph" and graph["batch"] % graph["copies"] == 0
 
@@ -202,14 +229,45 @@ def test_cold_warm_table_pairs_rows():
 
 
 def test_row_round_trip(tmp_path):
-    row = bench.Row(kernel="cpu_q4_0_q8_1_simd", source="ours", device="cpu", wfmt="q4_0", afmt="q8_1", chapter=4,
-                    M=64, N=3, K=96, median_ms=0.1 + 0.2, min_ms=1 / 3, reps=7, batch=2, timing="perf_counter",
-                    tflops=1e-5, gflops=1e-2, gbps=0.123456789, bytes=12345, act_quant_timed=True,
-                    baseline="cpu_q4_0_q8_1_naive", speedup_vs_naive=2.5, speedup_basis="measured")
+    row = bench.Row(
+        kernel="cpu_q4_0_q8_1_simd",
+        source="ours",
+        device="cpu",
+        wfmt="q4_0",
+        afmt="q8_1",
+        chapter=4,
+        M=64,
+        N=3,
+        K=96,
+        median_ms=0.1 + 0.2,
+        min_ms=1 / 3,
+        reps=7,
+        batch=2,
+        timing="perf_counter",
+        tflops=1e-5,
+        gflops=1e-2,
+        gbps=0.123456789,
+        bytes=12345,
+        act_quant_timed=True,
+        baseline="cpu_q4_0_q8_1_naive",
+        speedup_vs_naive=2.5,
+        speedup_basis="measured",
+    )
     assert list(row.to_dict()) == list(bench.COLUMNS), "a row's fields are the columns, in order"
     assert row.cache == "n/a" and bench.Row.from_dict(row.to_dict()) == row
-    skipped = bench.Row(kernel="cuda_f32_f32_naive", source="ours", device="cuda", wfmt="f32", afmt="f32", chapter=1,
-                        M=64, N=3, K=96, status="skipped", reason="no CUDA GPU here")
+    skipped = bench.Row(
+        kernel="cuda_f32_f32_naive",
+        source="ours",
+        device="cuda",
+        wfmt="f32",
+        afmt="f32",
+        chapter=1,
+        M=64,
+        N=3,
+        K=96,
+        status="skipped",
+        reason="no CUDA GPU here",
+    )
     assert skipped.cache == "warm"
     csv_path, json_path = bench.write_results([row.to_dict(), skipped.to_dict()], {"tool": "test"}, tmp_path)
     for path in (csv_path, json_path):  # exact through both: floats are written as repr
@@ -247,8 +305,9 @@ def test_timed_operator_gives_gemms_output(name):
     assert torch.equal(bench.operator_call(k, A, Wk)(), api.gemm(A, Wk, k))
     if k.afmt != "f32" and not k.fused_quant:
         Aq = api.quantize(A, k.afmt, q8_1_sum=k.q8_1_sum)
-        assert torch.equal(bench.operator_call(k, A, Wk, include_activation_quant=False)(),
-                           api.gemm_quantized(Aq, Wk, k))
+        assert torch.equal(
+            bench.operator_call(k, A, Wk, include_activation_quant=False)(), api.gemm_quantized(Aq, Wk, k)
+        )
 
 
 def test_timed_operator_inputs_are_checked_once_by_the_api():

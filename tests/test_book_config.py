@@ -7,6 +7,7 @@
   silently. So every notebook and every book page must be listed. A listed file that does not
   exist fails the build, and this test says which one before a build is attempted.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -40,8 +41,12 @@ def repo_files() -> list[Path]:
     """Files git tracks or would track (untracked ones that are not ignored)."""
     if shutil.which("git") is None or not (ROOT / ".git").exists():
         pytest.skip("not a git checkout: cannot tell tracked files from build outputs")
-    out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                         cwd=ROOT, capture_output=True, check=True).stdout
+    out = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout
     return [ROOT / p for p in out.decode().split("\0") if p and (ROOT / p).is_file()]
 
 
@@ -64,14 +69,14 @@ def test_repository_url_only_in_config():
         if n:
             hits[path.relative_to(ROOT).as_posix()] = n
     assert hits == {"_config.yml": 1}, (
-        f"'{slug}' must appear once, in _config.yml (read it from there instead); found: {hits}")
+        f"'{slug}' must appear once, in _config.yml (read it from there instead); found: {hits}"
+    )
 
 
 def test_toc_files_exist():
     toc = load("_toc.yml")
     assert toc.get("format") == "jb-book"
-    missing = [f for f in toc_files(toc)
-               if not any((ROOT / f"{f}{ext}").is_file() for ext in (".md", ".ipynb"))]
+    missing = [f for f in toc_files(toc) if not any((ROOT / f"{f}{ext}").is_file() for ext in (".md", ".ipynb"))]
     assert not missing, f"_toc.yml lists files that do not exist: {missing}"
 
 
@@ -84,8 +89,9 @@ def test_toc_lists_each_file_once():
 def test_every_page_is_in_toc(folder, pattern):
     listed = set(toc_files(load("_toc.yml")))
     pages = sorted(p for p in (ROOT / folder).glob(pattern) if ".ipynb_checkpoints" not in p.parts)
-    unlisted = [p.relative_to(ROOT).as_posix() for p in pages
-                if p.relative_to(ROOT).with_suffix("").as_posix() not in listed]
+    unlisted = [
+        p.relative_to(ROOT).as_posix() for p in pages if p.relative_to(ROOT).with_suffix("").as_posix() not in listed
+    ]
     assert not unlisted, f"not in _toc.yml, so the book would silently leave them out: {unlisted}"
 
 

@@ -1,6 +1,7 @@
 """The build on first use survives what readers do to it: a killed build (stale lock), two
 notebooks building at once, an edited header, a machine without a compiler; and the core and
 each appendix build apart, each keyed by the files it reads."""
+
 import os
 import shutil
 import subprocess
@@ -22,8 +23,9 @@ BUILD_AND_USE = textwrap.dedent("""
 
 
 def run_python(code: str, env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def fresh_env(tmp_path: Path, **extra) -> dict:
@@ -45,17 +47,22 @@ def test_header_edit_changes_the_build_key(tmp_path, monkeypatch):
 
 
 def keys(with_cuda: bool) -> dict:
-    return {e.name: _build._fingerprint(_build.build_config(with_cuda, e))
-            for e in (_build.CORE, _build.APPENDIX_B, _build.APPENDIX_C)}
+    return {
+        e.name: _build._fingerprint(_build.build_config(with_cuda, e))
+        for e in (_build.CORE, _build.APPENDIX_B, _build.APPENDIX_C)
+    }
 
 
-@pytest.mark.parametrize("edited,changes", [
-    ("check.h", {"core", "appendix_b", "appendix_c"}),  # the error helpers every binding includes
-    ("formats.h", {"core", "appendix_b"}),              # misaligned_demo.cu reads Q4_0 blocks with it
-    ("cuda/kernels.def", {"core"}),
-    ("appendix_b/misaligned_demo.h", {"appendix_b"}),
-    ("appendix_c/conv1d_silu_int8.h", {"appendix_c"}),
-])
+@pytest.mark.parametrize(
+    "edited,changes",
+    [
+        ("check.h", {"core", "appendix_b", "appendix_c"}),  # the error helpers every binding includes
+        ("formats.h", {"core", "appendix_b"}),  # misaligned_demo.cu reads Q4_0 blocks with it
+        ("cuda/kernels.def", {"core"}),
+        ("appendix_b/misaligned_demo.h", {"appendix_b"}),
+        ("appendix_c/conv1d_silu_int8.h", {"appendix_c"}),
+    ],
+)
 def test_each_extension_is_keyed_by_the_files_it_reads(tmp_path, monkeypatch, edited, changes):
     """An edit rebuilds the extensions that read the edited file, and only those."""
     csrc = tmp_path / "csrc"
@@ -95,8 +102,10 @@ def test_the_core_binds_no_appendix_operator():
 
 
 def test_the_package_does_not_import_the_appendices(tmp_path):
-    code = ("import sys, quantgemm_kernels as qk, quantgemm_kernels.api, quantgemm_kernels.registry\n"
-            "print(sorted(m for m in sys.modules if m.startswith('quantgemm_kernels.appendices')))")
+    code = (
+        "import sys, quantgemm_kernels as qk, quantgemm_kernels.api, quantgemm_kernels.registry\n"
+        "print(sorted(m for m in sys.modules if m.startswith('quantgemm_kernels.appendices')))"
+    )
     r = run_python(code, fresh_env(tmp_path), 120)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip() == "[]"
@@ -111,8 +120,17 @@ def test_stale_lock_and_concurrent_builds(tmp_path):
     build_dir = tmp_path / "cache" / tag
     build_dir.mkdir(parents=True)
     (build_dir / "lock").write_text("")  # what torch's FileBaton leaves when a build is killed
-    procs = [subprocess.Popen([sys.executable, "-c", BUILD_AND_USE], env=env, cwd=ROOT,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", BUILD_AND_USE],
+            env=env,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     outs = [p.communicate(timeout=900) for p in procs]
     for p, (out, err) in zip(procs, outs):
         assert p.returncode == 0, err[-2000:]

@@ -6,6 +6,7 @@ The header's table says, per block pair and thread, how many load instructions r
 each format in the naive kernel (one per byte) and in the DP4A kernel (words of the widest width
 the block's alignment allows, at most the 32 bits ``__dp4a`` takes), and the ratio.
 """
+
 import re
 import shutil
 import subprocess
@@ -17,8 +18,10 @@ from quantgemm_kernels import formats
 from quantgemm_kernels.registry import KERNELS
 
 CSRC = Path(__file__).resolve().parent.parent / "quantgemm_kernels" / "csrc"
-ROW = re.compile(r"^//\s+(Q\d_\d)\s+(\d+)\s+(\d+) x 8-bit\s+(\d+) x (\d+)-bit \(byte (\d+) of (\d+)\)"
-                 r"\s+(\d+) -> (\d+)\s+\((\d+)x fewer\)\s*$")
+ROW = re.compile(
+    r"^//\s+(Q\d_\d)\s+(\d+)\s+(\d+) x 8-bit\s+(\d+) x (\d+)-bit \(byte (\d+) of (\d+)\)"
+    r"\s+(\d+) -> (\d+)\s+\((\d+)x fewer\)\s*$"
+)
 
 
 def _source(kernel: str) -> Path:
@@ -55,8 +58,7 @@ def test_header_has_one_row_per_format():
 def test_header_counts_follow_from_the_block_layout(fmt):
     qs_bytes, offset, block_bytes, width = _layout(fmt)
     got = _header_rows()[fmt]
-    want = (qs_bytes, qs_bytes, qs_bytes // width, 8 * width, offset, block_bytes,
-            qs_bytes, qs_bytes // width, width)
+    want = (qs_bytes, qs_bytes, qs_bytes // width, 8 * width, offset, block_bytes, qs_bytes, qs_bytes // width, width)
     assert got == want, f"{fmt}: header says {got}, the layout gives {want}"
 
 
@@ -71,8 +73,17 @@ def _ptx_counts(source: Path, tmp_path: Path) -> dict[str, dict[str, int]]:
     """Per kernel instantiation (w_q4_0, w_q8_0): global loads by width, and dp4a instructions."""
     includes = sorted({p.parent for p in CSRC.rglob("*.h*")} | {source.parent})
     out = tmp_path / (source.stem + ".ptx")
-    cmd = [shutil.which("nvcc"), "-ptx", "-O3", "-arch=sm_80", "-std=c++17",
-           *[f"-I{d}" for d in includes], str(source), "-o", str(out)]
+    cmd = [
+        shutil.which("nvcc"),
+        "-ptx",
+        "-O3",
+        "-arch=sm_80",
+        "-std=c++17",
+        *[f"-I{d}" for d in includes],
+        str(source),
+        "-o",
+        str(out),
+    ]
     subprocess.run(cmd, check=True, capture_output=True, text=True)
     counts: dict[str, dict[str, int]] = {}
     entry = None

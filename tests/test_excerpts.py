@@ -5,6 +5,7 @@ The notebooks are scanned, not run: every call of ``show_excerpt``/``excerpt`` (
 ``show_diff``/``diff`` side given as a ``(source, name)`` pair) in their code cells is resolved from
 literals, ``qk.KERNELS["..."]`` or a name the notebook assigns one of those to.
 """
+
 import ast
 from pathlib import Path
 
@@ -31,8 +32,12 @@ def _resolve(node, names: dict):
         return node.value
     if isinstance(node, ast.Name) and node.id in names:
         return _resolve(names[node.id], names)
-    if (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute) and node.value.attr == "KERNELS"
-            and isinstance(node.slice, ast.Constant)):
+    if (
+        isinstance(node, ast.Subscript)
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "KERNELS"
+        and isinstance(node.slice, ast.Constant)
+    ):
         return node.slice.value  # qk.KERNELS["name"]: the kernel's name
     return None
 
@@ -76,7 +81,8 @@ def test_notebooks_ask_for_excerpts():
 def test_every_excerpt_a_notebook_asks_for_exists(nb, cell, source, name):
     assert source is not None and name is not None, (
         f"{nb} cell {cell}: the excerpt's source and name must be literals, qk.KERNELS[...] or a name "
-        "assigned one of those, so that this test can check them")
+        "assigned one of those, so that this test can check them"
+    )
     e = excerpts.excerpt(source, name)
     assert e.text.strip(), f"{nb} cell {cell}: excerpt {name!r} of {excerpts.rel(e.path)} is empty"
 
@@ -100,6 +106,7 @@ def test_every_marked_excerpt_is_used():
 
 # ---- the module on small files ------------------------------------------------------------------
 
+
 def _write(tmp_path, text, name="k.cu"):
     p = tmp_path / name
     p.write_text(text)
@@ -107,8 +114,11 @@ def _write(tmp_path, text, name="k.cu"):
 
 
 def test_excerpt_text_lines_and_printed_header(tmp_path, capsys):
-    p = _write(tmp_path, "// header\nint a;\n  // [excerpt: body]\n  int b;\n  // [excerpt: inner]\n  int c;\n"
-                         "  // [end excerpt: inner]\n  // [end excerpt: body]\n")
+    p = _write(
+        tmp_path,
+        "// header\nint a;\n  // [excerpt: body]\n  int b;\n  // [excerpt: inner]\n  int c;\n"
+        "  // [end excerpt: inner]\n  // [end excerpt: body]\n",
+    )
     e = excerpts.excerpt(p, "body")
     assert (e.first, e.last) == (4, 7) and e.text == "  int b;\n  int c;"  # nested markers left out
     assert excerpts.excerpt(p, "inner").text == "  int c;"
@@ -117,14 +127,17 @@ def test_excerpt_text_lines_and_printed_header(tmp_path, capsys):
     assert out.splitlines()[0].endswith("k.cu, lines 6-6 ---") and out.splitlines()[1] == "  int c;"
 
 
-@pytest.mark.parametrize("text, message", [
-    ("int a;\n", "has no excerpt 'x'"),
-    ("// [excerpt: x]\nint a;\n", "excerpt 'x' is never closed"),
-    ("int a;\n// [end excerpt: x]\n", r"without its '\[excerpt: x\]'"),
-    ("// [excerpt: x]\na;\n// [end excerpt: x]\n// [excerpt: x]\nb;\n// [end excerpt: x]\n", "marked twice"),
-    ("// [excerpt: x ]\na;\n// [end excerpt]\n", "malformed excerpt marker"),
-    ("// [excerpt x]\na;\n", "malformed excerpt marker"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("int a;\n", "has no excerpt 'x'"),
+        ("// [excerpt: x]\nint a;\n", "excerpt 'x' is never closed"),
+        ("int a;\n// [end excerpt: x]\n", r"without its '\[excerpt: x\]'"),
+        ("// [excerpt: x]\na;\n// [end excerpt: x]\n// [excerpt: x]\nb;\n// [end excerpt: x]\n", "marked twice"),
+        ("// [excerpt: x ]\na;\n// [end excerpt]\n", "malformed excerpt marker"),
+        ("// [excerpt x]\na;\n", "malformed excerpt marker"),
+    ],
+)
 def test_errors_name_the_file_and_the_marker(tmp_path, text, message):
     p = _write(tmp_path, text)
     with pytest.raises(ExcerptError, match=message) as info:
@@ -152,4 +165,9 @@ def test_diff_leaves_out_headers_and_markers(tmp_path):
     assert "-int y;" in body and "+int y2;" in body
     assert not any("excerpt" in line or "header" in line for line in body), body
     assert excerpts.diff((a, "e"), b).splitlines()[1:] == [
-        f"+++ {excerpts.rel(b)}", "@@ -1 +1,2 @@", "-int y;", "+int x;", "+int y2;"]
+        f"+++ {excerpts.rel(b)}",
+        "@@ -1 +1,2 @@",
+        "-int y;",
+        "+int x;",
+        "+int y2;",
+    ]

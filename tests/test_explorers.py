@@ -1,5 +1,6 @@
 """The explorers (quantgemm_kernels.explorers): the data each one embeds in the page equals what
 the records and numpy give, and every combination of its controls maps to the right traces."""
+
 from __future__ import annotations
 
 import itertools
@@ -40,6 +41,7 @@ def every_key(spec):
 
 
 # --- the GEMM NMSE explorer ------------------------------------------------------------------
+
 
 def test_quantized_product_is_the_reference():
     W, A = E.gemm_operands("normal", 16, 3, 256, seed=5)
@@ -94,6 +96,7 @@ def test_mimebundle_outside_a_kernel_is_the_static_figure(grid):
 
 # --- the speedup explorer from the GPU records -----------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def records():
     return E.load_records()
@@ -131,8 +134,9 @@ def test_records_explorer_embeds_the_records(records):
             for side in ("llama.cpp", "cuBLAS fp16", "cuBLASLt int8"):
                 by_n = measure.side_rows(rows, side, wfmt, M, K, regime)
                 if by_n:
-                    assert [close(v, by_n[n]["median_us"]) for n, v in zip(traces[side]["x"], traces[side]["y"])] \
-                        == [True] * len(by_n)
+                    assert [close(v, by_n[n]["median_us"]) for n, v in zip(traces[side]["x"], traces[side]["y"])] == [
+                        True
+                    ] * len(by_n)
             lim = next(t for t in view["traces"] if t["name"].startswith("limit"))
             c = records[dev]["header"]["ceilings"]
             for n, v in zip(lim["x"], lim["y"]):
@@ -146,7 +150,11 @@ def test_limit_is_below_every_measured_time(records):
         c = E.ceilings(rec["header"])
         for r in rec["rows"]:
             if r["status"] == "ok" and r["source"] != "cuBLAS":  # cuBLAS int8 has no weight format of its own
-                assert E.limit_us(r["wfmt"], r["M"], r["N"], r["K"], c) < r["median_us"] * 1.02, (dev, r["side"], r["N"])
+                assert E.limit_us(r["wfmt"], r["M"], r["N"], r["K"], c) < r["median_us"] * 1.02, (
+                    dev,
+                    r["side"],
+                    r["N"],
+                )
 
 
 def test_chapter5_explorer_shows_each_kernel():
@@ -164,8 +172,11 @@ def test_chapter5_explorer_shows_each_kernel():
 
 # --- speedups from bench rows (chapters 1, 3, 4) ---------------------------------------------
 
-ROWS = [{"kernel": k, "M": 64, "N": n, "K": 128, "median_ms": t, "gflops": 1.0, "gbps": 1.0}
-        for n, ts in ((1, (4.0, 1.0, 0.5)), (8, (8.0, 2.0, 0.1))) for k, t in zip(("naive", "blocked", "torch_linear_cpu"), ts)]
+ROWS = [
+    {"kernel": k, "M": 64, "N": n, "K": 128, "median_ms": t, "gflops": 1.0, "gbps": 1.0}
+    for n, ts in ((1, (4.0, 1.0, 0.5)), (8, (8.0, 2.0, 0.1)))
+    for k, t in zip(("naive", "blocked", "torch_linear_cpu"), ts)
+]
 
 
 def test_bench_explorer_bars_are_the_speedups():
@@ -173,13 +184,15 @@ def test_bench_explorer_bars_are_the_speedups():
     assert list(spec["views"]) == ["64x1x128", "64x8x128"] == every_key(spec)
     bars = spec["views"]["64x8x128"]["traces"][0]
     assert bars["x"] == ["naive", "blocked", "torch_linear_cpu"] and bars["y"] == [1.0, 4.0, 80.0]
-    assert spec["views"]["64x8x128"]["layout"]["yaxis"]["type"] == "log"     # 80x span
+    assert spec["views"]["64x8x128"]["layout"]["yaxis"]["type"] == "log"  # 80x span
     assert spec["views"]["64x1x128"]["layout"]["yaxis"]["type"] == "linear"  # 8x span
 
 
 def test_rows_from_table_reads_results_table_back():
     back = E.rows_from_table(results_table(ROWS))
-    assert [(r["kernel"], r["N"], r["median_ms"]) for r in back] == [(r["kernel"], r["N"], r["median_ms"]) for r in ROWS]
+    assert [(r["kernel"], r["N"], r["median_ms"]) for r in back] == [
+        (r["kernel"], r["N"], r["median_ms"]) for r in ROWS
+    ]
 
 
 def test_unknown_control_value_raises():
@@ -195,7 +208,10 @@ def test_live_explorers_draw_outside_jupyter():
     import matplotlib
 
     matplotlib.use("Agg")
-    for live in (E.records_explorer(E.load_records(name="ch5"), ours="each").live,
-                 E.records_explorer(E.load_records()).live, lambda: E.gemm_nmse_live(M=8, N=2, Ks=(256,)),
-                 E.bench_explorer(ROWS, baseline="naive").live):
+    for live in (
+        E.records_explorer(E.load_records(name="ch5"), ours="each").live,
+        E.records_explorer(E.load_records()).live,
+        lambda: E.gemm_nmse_live(M=8, N=2, Ks=(256,)),
+        E.bench_explorer(ROWS, baseline="naive").live,
+    ):
         assert live().children

@@ -3,6 +3,7 @@
 Three implementations of ours (numpy spec, C++, CUDA) and two of llama.cpp's (gguf's numpy
 quantizers, ggml's C through ggml-python) must all give the same bytes.
 """
+
 import re
 from pathlib import Path
 
@@ -21,25 +22,30 @@ from ggml_ref import ggml_quantize, gguf_quantize
 def edge_rows() -> np.ndarray:
     """Rows of 32-value blocks built to hit every corner of the rounding rules."""
     blocks = []
-    blocks.append(np.zeros(32))                                   # all-zero block: d = 0
-    blocks.append(np.arange(-16, 16) + 0.5)                       # .5 ties under Q8_0 (amax 15.5)
-    b = np.linspace(-1, 1, 32); b[0], b[1] = 127.0, -127.0        # d = 1 exactly for Q8_0/Q8_1
-    b[2:10] = [0.5, -0.5, 1.5, -1.5, 2.5, -2.5, 126.5, -126.5]    # exact ties: away from zero
+    blocks.append(np.zeros(32))  # all-zero block: d = 0
+    blocks.append(np.arange(-16, 16) + 0.5)  # .5 ties under Q8_0 (amax 15.5)
+    b = np.linspace(-1, 1, 32)
+    b[0], b[1] = 127.0, -127.0  # d = 1 exactly for Q8_0/Q8_1
+    b[2:10] = [0.5, -0.5, 1.5, -1.5, 2.5, -2.5, 126.5, -126.5]  # exact ties: away from zero
     blocks.append(b)
-    b = np.full(32, 0.25); b[5] = -8.0                            # Q4_0: max=-8 -> d=1, x+8.5 ties
+    b = np.full(32, 0.25)
+    b[5] = -8.0  # Q4_0: max=-8 -> d=1, x+8.5 ties
     b[6:12] = [0.5, -0.5, 1.5, 6.5, -7.5, 7.0]
     blocks.append(b)
-    b = np.zeros(32); b[3], b[20] = 1.0, -1.0                     # equal + and - maxima: first wins
+    b = np.zeros(32)
+    b[3], b[20] = 1.0, -1.0  # equal + and - maxima: first wins
     blocks.append(b)
-    b = np.zeros(32); b[20], b[3] = 1.0, -1.0
+    b = np.zeros(32)
+    b[20], b[3] = 1.0, -1.0
     blocks.append(b)
-    b = np.random.default_rng(7).standard_normal(32); b[17] = 1000.0  # one outlier
+    b = np.random.default_rng(7).standard_normal(32)
+    b[17] = 1000.0  # one outlier
     blocks.append(b)
     blocks.append(np.random.default_rng(8).standard_normal(32) * 1e-7)  # fp16 d underflows to 0
     blocks.append(np.random.default_rng(9).standard_normal(32) * 1e-3)  # fp16 d subnormal
-    blocks.append(np.full(32, 3.0e4))                             # Q4_0 d = -3750: all quants 0
-    blocks.append(np.array([1e6] + [1.0] * 31))                   # Q4_0 d overflows fp16 (inf)
-    blocks.append(np.array([-2e9] + [5.0e8] * 31))                # Q8_0/Q8_1 d overflows fp16
+    blocks.append(np.full(32, 3.0e4))  # Q4_0 d = -3750: all quants 0
+    blocks.append(np.array([1e6] + [1.0] * 31))  # Q4_0 d overflows fp16 (inf)
+    blocks.append(np.array([-2e9] + [5.0e8] * 31))  # Q8_0/Q8_1 d overflows fp16
     return np.concatenate(blocks).astype(np.float32).reshape(1, -1)
 
 
@@ -116,8 +122,10 @@ def test_spec_matches_ggml(name, x, fmt):
 @pytest.mark.filterwarnings("ignore:max |x|")
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name,x", CASES, ids=IDS)
-@pytest.mark.parametrize("fmt,q8_1_sum", [("q4_0", "d_sum_q"), ("q4_1", "d_sum_q"), ("q8_0", "d_sum_q"), ("q8_1", "d_sum_q"),
-                                         ("q8_1", "sum_x")])
+@pytest.mark.parametrize(
+    "fmt,q8_1_sum",
+    [("q4_0", "d_sum_q"), ("q4_1", "d_sum_q"), ("q8_0", "d_sum_q"), ("q8_1", "d_sum_q"), ("q8_1", "sum_x")],
+)
 def test_compiled_matches_spec(name, x, fmt, q8_1_sum, device):
     """C++ (CPU) and CUDA quantizers give the spec's bytes; dequantize inverts them exactly."""
     with np.errstate(over="ignore"):

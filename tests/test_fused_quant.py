@@ -4,6 +4,7 @@ The torch reference is checked against a slow loop written independently of it (
 scalars, an FP8 encoder that searches all 256 codes), then against properties; the Triton
 kernel is checked against the reference bit for bit on a GPU.
 """
+
 import itertools
 import math
 import subprocess
@@ -22,6 +23,7 @@ DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 # ---------------------------------------------------------------------------------------------
 # An independent, slow implementation of the spec
 # ---------------------------------------------------------------------------------------------
+
 
 def _fp8_code_values() -> np.ndarray:
     """Value of each float8_e4m3fn code: 1 sign, 4 exponent (bias 7), 3 mantissa bits;
@@ -105,6 +107,7 @@ def _values(M, K, dtype, seed, spread=True):
 # The reference on the CPU
 # ---------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("fmt", fq.FORMATS)
 @pytest.mark.parametrize("L", [4, 6, 8, 10])
 @pytest.mark.parametrize("M,K", [(1, 1), (1, 7), (3, 10), (2, 16), (5, 33), (17, 9)])
@@ -146,8 +149,32 @@ def test_seed_shapes():
 
 def test_slide_index_worked_example():
     # The docstring's example: L = 8, K = 10 (16 after padding), windows start at 0, 2, 4.
-    assert fq.slide_index(10, 8).tolist() == [0, 1, 2, 3, 2, 3, 4, 5, 4, 5, 6, 7,
-                                              8, 9, 10, 11, 10, 11, 12, 13, 12, 13, 14, 15]
+    assert fq.slide_index(10, 8).tolist() == [
+        0,
+        1,
+        2,
+        3,
+        2,
+        3,
+        4,
+        5,
+        4,
+        5,
+        6,
+        7,
+        8,
+        9,
+        10,
+        11,
+        10,
+        11,
+        12,
+        13,
+        12,
+        13,
+        14,
+        15,
+    ]
     assert fq.slide_index(8, 4).tolist() == list(range(8))  # L = 4 is plain 2:4: no copies
     for K, L in itertools.product([1, 5, 8, 13, 40], [4, 6, 8, 10]):
         src, dst = fq.slide_index(K, L), fq.first_copy_index(K, L)
@@ -175,13 +202,13 @@ def test_properties(fmt, dtype):
     # columns that copy the zero padding of the last group
     qb = q.view(torch.int8)
     assert torch.all(qb[M:] == 0) and torch.all(scale[M:] == 1.0)
-    assert torch.all(qb[:, s.K_out:] == 0)
+    assert torch.all(qb[:, s.K_out :] == 0)
     pad_cols = (fq.slide_index(K, L) >= K).nonzero().flatten()
     assert len(pad_cols) > 0 and torch.all(qb[:, pad_cols] == 0)
     # every output column is a copy of its source column
     src = fq.slide_index(K, L)
     live = src < K
-    assert torch.equal(qb[:M, :s.K_out][:, live], qb[:M, fq.first_copy_index(K, L)][:, src[live]])
+    assert torch.equal(qb[:M, : s.K_out][:, live], qb[:M, fq.first_copy_index(K, L)][:, src[live]])
     # dequantized values within half a quantization step of x / scale (float32 product)
     v = xf * (1.0 / scale[:M, None])
     qv = q[:M].float()[:, fq.first_copy_index(K, L)]
@@ -253,14 +280,16 @@ def test_reference_handles_noncontiguous_rows():
 
 def test_imports_without_triton():
     """The package and the CPU path must work where triton is missing (or broken)."""
-    code = ("import sys; sys.modules['triton'] = None\n"
-            "import torch, quantgemm_kernels\n"
-            "from quantgemm_kernels.appendices import fused_quant as fq\n"
-            "assert not fq.triton_available()\n"
-            "q, s = fq.quant_slide(torch.randn(3, 20), 8, 'fp8')\n"
-            "assert q.shape == (16, 64)  # 3 groups x 12 = 36 columns, padded to 64\n"
-            "r = fq.bench_fused_quant(2, 64, device='cpu', reps=1, warmup=0)\n"
-            "assert r[0]['status'] == 'skipped'\n")
+    code = (
+        "import sys; sys.modules['triton'] = None\n"
+        "import torch, quantgemm_kernels\n"
+        "from quantgemm_kernels.appendices import fused_quant as fq\n"
+        "assert not fq.triton_available()\n"
+        "q, s = fq.quant_slide(torch.randn(3, 20), 8, 'fp8')\n"
+        "assert q.shape == (16, 64)  # 3 groups x 12 = 36 columns, padded to 64\n"
+        "r = fq.bench_fused_quant(2, 64, device='cpu', reps=1, warmup=0)\n"
+        "assert r[0]['status'] == 'skipped'\n"
+    )
     res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
 
@@ -278,6 +307,7 @@ def test_bench_rows_on_cpu():
 # ---------------------------------------------------------------------------------------------
 # The Triton kernel on a GPU, bit for bit against the reference
 # ---------------------------------------------------------------------------------------------
+
 
 def _gpu_formats():
     return ["int8", "fp8"] if fq.fp8_supported() else ["int8"]
@@ -321,8 +351,15 @@ def test_reference_is_the_same_on_cpu_and_gpu():
 
 
 @requires_cuda
-@pytest.mark.parametrize("cfg", [dict(block_out=1), dict(block_out=32, block_k=16), dict(block_out=1024, num_warps=2),
-                                 dict(block_k=4096, num_warps=16)])
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        dict(block_out=1),
+        dict(block_out=32, block_k=16),
+        dict(block_out=1024, num_warps=2),
+        dict(block_k=4096, num_warps=16),
+    ],
+)
 def test_triton_other_block_sizes(cfg):
     pytest.importorskip("triton")
     for fmt in _gpu_formats():

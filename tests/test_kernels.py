@@ -1,6 +1,7 @@
 """Every registered kernel against the numpy reference of its formats, over ragged shapes and
 awkward values. Metric: NMSE (llama.cpp's), threshold testing.KERNEL_NMSE (its docstring says why).
 """
+
 import re
 
 import numpy as np
@@ -61,13 +62,15 @@ def test_format_and_sum_x_tables_match_python():
 
     _load()
     assert list(torch.ops.quantgemm.format_table()) == [
-        f"{f.name}:{f.block_size}:{f.block_bytes}" for f in F.SPECS.values()]
+        f"{f.name}:{f.block_size}:{f.block_bytes}" for f in F.SPECS.values()
+    ]
     want = {k.name for k in qk.KERNELS.values() if k.sum_x} if HAS_CUDA else set()
     assert set(torch.ops.quantgemm.sum_x_kernel_names()) == want
 
 
 def _load():
     from quantgemm_kernels._build import load_extension
+
     load_extension()
     return True
 

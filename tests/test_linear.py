@@ -4,6 +4,7 @@ A format is one :class:`formats.Format` in ``formats.SPECS`` (and one row of ``c
 these tests walk every registered one through quantize -> dequantize -> gemm against the numpy
 reference, on every device here, so a newly added format is covered without a new test.
 """
+
 import subprocess
 import sys
 

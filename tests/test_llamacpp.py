@@ -16,6 +16,7 @@ Two comparisons per case, with different budgets:
   and 9e-5 (Q8_0); the threshold 1e-3 leaves a margin of about 8x, and is still 5x below what
   quantizing the weights to Q4_0 costs (~5e-3), so a wrong weight layout cannot pass.
 """
+
 import ctypes
 import math
 import os
@@ -30,8 +31,10 @@ from quantgemm_kernels.testing import KERNEL_NMSE, make_values
 
 INFO = L.available()
 # A standalone build named by QUANTGEMM_GGML_LIB that does not work fails the tests instead of skipping them.
-pytestmark = pytest.mark.skipif(not INFO["cpu_backend"] and not os.environ.get("QUANTGEMM_GGML_LIB"),
-                                reason=f"ggml CPU backend not available: {INFO['error']}")
+pytestmark = pytest.mark.skipif(
+    not INFO["cpu_backend"] and not os.environ.get("QUANTGEMM_GGML_LIB"),
+    reason=f"ggml CPU backend not available: {INFO['error']}",
+)
 
 STANDALONE_PACKAGE = "ggml (standalone build, ctypes)"
 ACT_QUANT_NMSE = 1e-3  #: ggml (Q8_0 activations) vs our float-activation reference; see the docstring
@@ -75,7 +78,9 @@ def test_float_weights_are_quantized_by_ggml():
 def test_threads_do_not_change_the_result():
     W, A = _case(130, 5, 256)
     Wb = F.quantize(W, "q4_0")
-    np.testing.assert_array_equal(L.ggml_mul_mat(Wb, A, "q4_0", n_threads=1), L.ggml_mul_mat(Wb, A, "q4_0", n_threads=2))
+    np.testing.assert_array_equal(
+        L.ggml_mul_mat(Wb, A, "q4_0", n_threads=1), L.ggml_mul_mat(Wb, A, "q4_0", n_threads=2)
+    )
 
 
 @pytest.mark.skipif(not INFO["type_traits"], reason="this ggml binding cannot reach the type traits")
@@ -149,6 +154,7 @@ def test_available_reports_the_package():
 # ---------------------------------------------------------------------------------------------
 # MulMatRunner: C copies of the weights in one graph (cold-cache timing)
 # ---------------------------------------------------------------------------------------------
+
 
 def _copies(M, N, K, C, wfmt):
     Ws = [make_values((M, K), "normal", 10 + i) for i in range(C)]
@@ -240,7 +246,8 @@ def test_a_bad_library_folder_is_an_error_not_a_fallback(monkeypatch, tmp_path):
 needs_standalone = pytest.mark.skipif(
     not os.environ.get("QUANTGEMM_GGML_LIB"),
     reason="QUANTGEMM_GGML_LIB is not set: no standalone ggml build to test (tools/build_ggml.sh SRC PREFIX, "
-           "then QUANTGEMM_GGML_LIB=PREFIX/lib)")
+    "then QUANTGEMM_GGML_LIB=PREFIX/lib)",
+)
 
 
 @needs_standalone

@@ -1,6 +1,7 @@
 """The GPU measurement's pieces that need no GPU: cold-regime rotation, per-call grouping of
 profiler records, spread, the busy-host rule, the command line and the record's round trip.
 The timings themselves run on a GPU only (and are never asserted)."""
+
 import json
 import math
 
@@ -65,8 +66,13 @@ def test_per_call_refuses_uneven_records():
 
 def test_markers_separate_runs():
     m = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<double>>"
-    acts = ([ms.Activity(m, 0, 1)] + _acts([("x", 5)], 2, t0=10) + [ms.Activity(m, 100, 101)]
-            + _acts([("y", 7)], 3, t0=200) + [ms.Activity(m, 500, 501)])
+    acts = (
+        [ms.Activity(m, 0, 1)]
+        + _acts([("x", 5)], 2, t0=10)
+        + [ms.Activity(m, 100, 101)]
+        + _acts([("y", 7)], 3, t0=200)
+        + [ms.Activity(m, 500, 501)]
+    )
     segs = ms.split_on_markers(acts, ms._marker_name())
     assert [[a.name for a in s] for s in segs] == [["x", "x"], ["y", "y", "y"]]
 
@@ -93,18 +99,35 @@ def test_command_line_plan_and_errors(capsys):
 
 
 def _row(side, source, N, regime, median, **kw):
-    r = {"side": side, "source": source, "wfmt": "q4_0", "M": 4096, "K": 14336, "N": N, "regime": regime,
-         "status": "ok", "median_us": median, "iqr_us": 0.1, "bytes": 33_103_872 + N * 14336 * 4 + N * 4096 * 4,
-         "flops": 2.0 * 4096 * N * 14336, "nmse_vs_llamacpp": 1e-12}
+    r = {
+        "side": side,
+        "source": source,
+        "wfmt": "q4_0",
+        "M": 4096,
+        "K": 14336,
+        "N": N,
+        "regime": regime,
+        "status": "ok",
+        "median_us": median,
+        "iqr_us": 0.1,
+        "bytes": 33_103_872 + N * 14336 * 4 + N * 4096 * 4,
+        "flops": 2.0 * 4096 * N * 14336,
+        "nmse_vs_llamacpp": 1e-12,
+    }
     r.update(kw)
     return r
 
 
 def test_ratios_ceilings_best_and_record_round_trip(tmp_path):
-    rows = [_row("cuda_q4_0_q8_1_decode", "ours", 1, "cold", 13.0), _row("cuda_q4_0_q8_1_mma", "ours", 1, "cold", 40.0),
-            _row("llama.cpp", "llama.cpp", 1, "cold", 16.9), _row("cuBLAS fp16", "cuBLAS", 1, "cold", 31.0),
-            _row("cuda_q4_0_q8_1_decode", "ours", 1, "warm", 9.8), _row("llama.cpp", "llama.cpp", 1, "warm", 12.0),
-            _row("cuBLAS fp16", "cuBLAS", 1, "warm", 20.0, status="error", reason="x")]
+    rows = [
+        _row("cuda_q4_0_q8_1_decode", "ours", 1, "cold", 13.0),
+        _row("cuda_q4_0_q8_1_mma", "ours", 1, "cold", 40.0),
+        _row("llama.cpp", "llama.cpp", 1, "cold", 16.9),
+        _row("cuBLAS fp16", "cuBLAS", 1, "cold", 31.0),
+        _row("cuda_q4_0_q8_1_decode", "ours", 1, "warm", 9.8),
+        _row("llama.cpp", "llama.cpp", 1, "warm", 12.0),
+        _row("cuBLAS fp16", "cuBLAS", 1, "warm", 20.0, status="error", reason="x"),
+    ]
     ms._derive(rows)
     assert math.isclose(rows[0]["x_llamacpp"], 1.3) and math.isclose(rows[0]["x_cublas_fp16"], 31 / 13)
     assert rows[4]["x_cublas_fp16"] is None, "no ratio against an error row"
@@ -124,9 +147,11 @@ def test_ratios_ceilings_best_and_record_round_trip(tmp_path):
 
 
 def test_named_records_and_bench_rows(tmp_path):
-    rows = [_row("cuda_q4_0_q8_1_dp4a", "ours", 8, "cold", 100.0, min_us=90.0, samples=32),
-            _row("llama.cpp", "llama.cpp", 8, "cold", 20.0, min_us=19.0, samples=32),
-            _row("llama.cpp", "llama.cpp", 8, "warm", 15.0, min_us=14.0, samples=32)]
+    rows = [
+        _row("cuda_q4_0_q8_1_dp4a", "ours", 8, "cold", 100.0, min_us=90.0, samples=32),
+        _row("llama.cpp", "llama.cpp", 8, "cold", 20.0, min_us=19.0, samples=32),
+        _row("llama.cpp", "llama.cpp", 8, "warm", 15.0, min_us=14.0, samples=32),
+    ]
     d = tmp_path / "gpu" / "2026-11-24"
     ms.write_record(rows, {"tool": "a"}, d, "ch5")
     ms.write_record(rows[:1], {"tool": "b"}, tmp_path / "tmp", "ch5")  # scratch: never picked

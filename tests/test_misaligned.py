@@ -4,6 +4,7 @@ The layout and load arithmetic run everywhere (numpy). The kernels need a GPU: e
 must reproduce the reference bit for bit, and the naive 32-bit load must fail, in a child process,
 with CUDA's "misaligned address".
 """
+
 import numpy as np
 import pytest
 import torch
@@ -18,7 +19,10 @@ from conftest import requires_cuda
 def test_layout_offsets_and_alignment():
     table = {r["format"]: r for r in mis.layout_table()}
     assert {f: (r["block_bytes"], r["qs_offset"]) for f, r in table.items()} == {
-        "q4_0": (18, 2), "q8_0": (34, 2), "q8_1": (36, 4)}
+        "q4_0": (18, 2),
+        "q8_0": (34, 2),
+        "q8_1": (36, 4),
+    }
     # in an array of blocks: Q4_0/Q8_0 quants only 2-byte aligned, Q8_1 quants 4-byte aligned
     assert table["q4_0"]["qs_alignment"] == 2 and table["q8_0"]["qs_alignment"] == 2
     assert table["q8_1"]["qs_alignment"] == 4
@@ -101,12 +105,14 @@ def test_naive_kernel_faults_with_misaligned_address_in_a_child():
 
 
 def test_error_line_and_path_scrubbing():
-    stderr = ('Traceback (most recent call last):\n'
-              f'  File "{mis.ROOT}/quantgemm_kernels/appendices/misaligned.py", line 1, in <module>\n'
-              '    torch.cuda.synchronize()  # mentions misaligned address in a comment\n'
-              '  File "/opt/py/lib/python3.12/site-packages/torch/cuda/__init__.py", line 2, in synchronize\n'
-              'torch.AcceleratorError: CUDA error: misaligned address\n'
-              'For debugging consider passing CUDA_LAUNCH_BLOCKING=1\n')
+    stderr = (
+        "Traceback (most recent call last):\n"
+        f'  File "{mis.ROOT}/quantgemm_kernels/appendices/misaligned.py", line 1, in <module>\n'
+        "    torch.cuda.synchronize()  # mentions misaligned address in a comment\n"
+        '  File "/opt/py/lib/python3.12/site-packages/torch/cuda/__init__.py", line 2, in synchronize\n'
+        "torch.AcceleratorError: CUDA error: misaligned address\n"
+        "For debugging consider passing CUDA_LAUNCH_BLOCKING=1\n"
+    )
     assert mis.error_line(stderr) == "torch.AcceleratorError: CUDA error: misaligned address"
     clean = mis.scrub_paths(stderr)
     assert str(mis.ROOT) not in clean and "/opt/py" not in clean

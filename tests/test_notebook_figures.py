@@ -1,6 +1,7 @@
 """Every committed notebook stores the figures it draws: a drawing cell without an image output
 shows nothing in the book (notebooks executed with MPLBACKEND=Agg inherited by the kernel did that).
 Re-execute such a notebook with tools/execute_notebooks.py, which forces the inline backend."""
+
 import json
 from pathlib import Path
 
@@ -19,15 +20,21 @@ def test_there_are_notebooks():
 def test_drawing_cells_store_an_image(path):
     nb = json.loads(path.read_text())
     missing = cells_without_figures(nb)
-    assert not missing, (f"{path.name}: cell(s) {', '.join(map(str, missing))} draw a figure but store no "
-                         f"image output (image/png, image/svg+xml or a widget): re-execute the notebook "
-                         f"with tools/execute_notebooks.py")
+    assert not missing, (
+        f"{path.name}: cell(s) {', '.join(map(str, missing))} draw a figure but store no "
+        f"image output (image/png, image/svg+xml or a widget): re-execute the notebook "
+        f"with tools/execute_notebooks.py"
+    )
 
 
 def test_detection():
     def cell(src, *data):
-        return {"cell_type": "code", "source": src, "outputs": [{"output_type": "display_data", "data": d}
-                                                                 for d in data]}
+        return {
+            "cell_type": "code",
+            "source": src,
+            "outputs": [{"output_type": "display_data", "data": d} for d in data],
+        }
+
     assert draws(cell("fig, ax = plt.subplots()\n")) and draws(cell(["x = 1\n", "viz.plot_roofline(rows)"]))
     assert draws(cell("ax.imshow(grid)")) and draws(cell("draw_tiles(ax)")) and draws(cell("plt.figure()"))
     assert not draws(cell("def plot_it(rows):\n    fig, ax = plt.subplots()\n"))  # a definition draws nothing

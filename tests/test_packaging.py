@@ -13,6 +13,7 @@
 * ``CITATION.cff`` and the licences are where the README and the book's front page say.
 * The GitHub workflows pass ``actionlint`` wherever it is installed (``make actionlint``).
 """
+
 from __future__ import annotations
 
 import json
@@ -108,8 +109,14 @@ def installed(tmp_path_factory) -> dict:
         }))
     """)
     # -I: no PYTHONPATH, no user site, no script folder or cwd on sys.path; the venv's packages stay
-    p = subprocess.run([sys.executable, "-I", "-c", probe, str(site), str(ROOT)], cwd=elsewhere, env=env,
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-I", "-c", probe, str(site), str(ROOT)],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, f"importing the installed package failed:\n{p.stdout}\n{p.stderr}"
     return {"src": src, "site": site, **json.loads(p.stdout.strip().splitlines()[-1])}
 

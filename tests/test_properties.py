@@ -3,6 +3,7 @@
 * quantizers: our bytes == llama.cpp's (ggml's C reference; gguf's numpy) for any finite rows;
 * kernels: every registered kernel on this machine == the numpy reference (NMSE <= KERNEL_NMSE).
 """
+
 import numpy as np
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -52,8 +53,14 @@ def _kernels_here():
 
 
 @SETTINGS
-@given(kernel=st.sampled_from(_kernels_here()), M=st.integers(1, 40), N=st.integers(1, 12),
-       nb=st.integers(1, 10), seed=st.integers(0, 2**31 - 1), scale=st.sampled_from([1e-3, 1.0, 1e3]))
+@given(
+    kernel=st.sampled_from(_kernels_here()),
+    M=st.integers(1, 40),
+    N=st.integers(1, 12),
+    nb=st.integers(1, 10),
+    seed=st.integers(0, 2**31 - 1),
+    scale=st.sampled_from([1e-3, 1.0, 1e3]),
+)
 def test_every_kernel_matches_reference_on_random_problems(kernel, M, N, nb, seed, scale):
     k = qk.KERNELS[kernel]
     K = nb * 32

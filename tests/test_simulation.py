@@ -3,6 +3,7 @@
 The faithful simulation must equal the CPU kernel (and the CUDA kernel) bit for bit, the int8
 output and the float32 SiLU output both; the source document's float simulation must not.
 """
+
 import math
 import os
 import subprocess
@@ -19,8 +20,16 @@ from quantgemm_kernels.reference import nmse
 from conftest import ROOT, requires_cuda
 
 # (batch, channels, time, width): batch 1, channels 1, width > time, width 1, odd sizes.
-SHAPES = [(1, 1, 1, 1), (1, 1, 2, 4), (1, 3, 17, 4), (2, 64, 256, 4), (3, 5, 100, 7), (1, 8, 3, 16),
-          (4, 1, 33, 2), (1, 16, 1, 4)]
+SHAPES = [
+    (1, 1, 1, 1),
+    (1, 1, 2, 4),
+    (1, 3, 17, 4),
+    (2, 64, 256, 4),
+    (3, 5, 100, 7),
+    (1, 8, 3, 16),
+    (4, 1, 33, 2),
+    (1, 16, 1, 4),
+]
 
 
 def run_both(inp, **kw):
@@ -94,8 +103,12 @@ def test_kernel_is_within_half_a_step_of_the_ideal():
 
 
 def test_exp_portable_is_accurate():
-    x = np.concatenate([np.linspace(-87, 88, 400_001, dtype=np.float32),
-                        np.random.default_rng(0).standard_normal(100_000).astype(np.float32) * 5])
+    x = np.concatenate(
+        [
+            np.linspace(-87, 88, 400_001, dtype=np.float32),
+            np.random.default_rng(0).standard_normal(100_000).astype(np.float32) * 5,
+        ]
+    )
     e = S.exp_portable(x)
     assert e.dtype == np.float32
     ulps = np.abs(e.astype(np.float64) - np.exp(x.astype(np.float64))) / np.spacing(e).astype(np.float64)
@@ -104,8 +117,10 @@ def test_exp_portable_is_accurate():
 
 
 def test_round_half_away_matches_c_roundf():
-    edge = np.array([0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 0.49999997, -0.49999997, 8388607.5, 1e30, 0.0, -0.0,
-                     126.5, -127.5], dtype=np.float32)
+    edge = np.array(
+        [0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 0.49999997, -0.49999997, 8388607.5, 1e30, 0.0, -0.0, 126.5, -127.5],
+        dtype=np.float32,
+    )
     rand = (np.random.default_rng(1).standard_normal(20_000) * 100).astype(np.float32)
     v = np.concatenate([edge, rand, np.round(rand) + np.float32(0.5)])
     got = S.round_half_away(v)
@@ -142,16 +157,34 @@ def bad_cases():
         ("x 2-D", lambda: S.conv1d_silu_int8(x[0], w, sx, sw, b, so), ValueError, "3-D"),
         ("w channels", lambda: S.conv1d_silu_int8(x, w[:3], sx, sw, b, so), ValueError, "channels=4"),
         ("width 0", lambda: S.conv1d_silu_int8(x, w[:, :0], sx, sw, b, so), ValueError, "width must be in"),
-        ("width too large", lambda: S.conv1d_silu_int8(x, torch.zeros(C, 1025, dtype=torch.int8), sx, sw, b, so),
-         ValueError, "width must be in"),
-        ("x non-contiguous", lambda: S.conv1d_silu_int8(x.transpose(0, 2).contiguous().transpose(0, 2), w, sx, sw, b, so),
-         ValueError, "contiguous"),
-        ("x_scale length", lambda: S.conv1d_silu_int8(x, w, torch.ones(3), sw, b, so), ValueError, "x_scale must be 1-D"),
+        (
+            "width too large",
+            lambda: S.conv1d_silu_int8(x, torch.zeros(C, 1025, dtype=torch.int8), sx, sw, b, so),
+            ValueError,
+            "width must be in",
+        ),
+        (
+            "x non-contiguous",
+            lambda: S.conv1d_silu_int8(x.transpose(0, 2).contiguous().transpose(0, 2), w, sx, sw, b, so),
+            ValueError,
+            "contiguous",
+        ),
+        (
+            "x_scale length",
+            lambda: S.conv1d_silu_int8(x, w, torch.ones(3), sw, b, so),
+            ValueError,
+            "x_scale must be 1-D",
+        ),
         ("x_scale float64", lambda: S.conv1d_silu_int8(x, w, sx.double(), sw, b, so), TypeError, "float32"),
         ("x_scale negative", lambda: S.conv1d_silu_int8(x, w, -sx, sw, b, so), ValueError, "positive"),
         ("w_scale per tensor", lambda: S.conv1d_silu_int8(x, w, sx, sw[:1], b, so), ValueError, "w_scale must be 1-D"),
         ("w_scale NaN", lambda: S.conv1d_silu_int8(x, w, sx, torch.full((C,), float("nan")), b, so), ValueError, "NaN"),
-        ("bias length", lambda: S.conv1d_silu_int8(x, w, sx, sw, torch.zeros(C + 1), so), ValueError, "bias must be 1-D"),
+        (
+            "bias length",
+            lambda: S.conv1d_silu_int8(x, w, sx, sw, torch.zeros(C + 1), so),
+            ValueError,
+            "bias must be 1-D",
+        ),
         ("bias Inf", lambda: S.conv1d_silu_int8(x, w, sx, sw, torch.full((C,), float("inf")), so), ValueError, "Inf"),
         ("out_scale 0", lambda: S.conv1d_silu_int8(x, w, sx, sw, b, 0.0), ValueError, "out_scale"),
         ("out_scale NaN", lambda: S.conv1d_silu_int8(x, w, sx, sw, b, float("nan")), ValueError, "out_scale"),
@@ -255,4 +288,8 @@ def test_cuda_mixed_devices_raise():
             print("RuntimeError", "x is on" in str(e))
     """)
     r = run_child(code)
-    assert r.returncode == 0 and r.stdout.split() == ["RuntimeError", "True"], (r.returncode, r.stdout, r.stderr[-1500:])
+    assert r.returncode == 0 and r.stdout.split() == ["RuntimeError", "True"], (
+        r.returncode,
+        r.stdout,
+        r.stderr[-1500:],
+    )

@@ -2,6 +2,7 @@
 shapes and awkward values like every other kernel): the code paths only bigger shapes reach
 (several CTA tiles, K chunks, passes over N), and what fusing the activation quantization changes
 (float32 in, NaN out for non-finite activations instead of an error)."""
+
 import re
 
 import numpy as np
@@ -80,8 +81,9 @@ WGMMA = [k for k in qk.KERNELS.values() if "wgmma" in k.name]
 @requires_cuda
 @pytest.mark.parametrize("kernel", [kernel_param(k) for k in WGMMA])
 @pytest.mark.parametrize("dist", ["normal", "outliers", "tiny", "huge", "zeros"])
-@pytest.mark.parametrize("M,N,K", [(300, 261, 512), (130, 300, 1056), (129, 1, 4096), (33, 17, 21760)],
-                         ids=lambda v: str(v))
+@pytest.mark.parametrize(
+    "M,N,K", [(300, 261, 512), (130, 300, 1056), (129, 1, 4096), (33, 17, 21760)], ids=lambda v: str(v)
+)
 def test_wgmma_equals_mma_bit_for_bit(kernel, dist, M, N, K):
     """The wgmma steps compute every product and rounding of the mma step (the offset 2^19 and the
     scaled constants only move the exponent, see 06_decode_tensor_cores/6_wgmma.cu), so the outputs are identical."""
@@ -120,7 +122,9 @@ MMQ_SUM_X = [k for k in SUM_X if "mma" in k.name]  # mma and wgmma steps: MMQ's 
 
 
 def test_every_chapter_6_kernel_but_a_ladder_step_offers_the_sum_x_mode():
-    assert {k.name for k in SUM_X} == {n for n in FUSED if n not in ("cuda_q4_0_q8_1_decode_fused", "cuda_q8_0_q8_1_mma")}
+    assert {k.name for k in SUM_X} == {
+        n for n in FUSED if n not in ("cuda_q4_0_q8_1_decode_fused", "cuda_q8_0_q8_1_mma")
+    }
     assert {k.name for k in DECODE_SUM_X} == {"cuda_q4_0_q8_1_decode", "cuda_q8_0_q8_1_decode", "cuda_q4_1_q8_1_decode"}
     assert all(k.fused_quant for k in SUM_X)
 
@@ -166,13 +170,15 @@ def _ggml_cuda():
 
 # ggml-cuda runs MMVQ for N <= 8 and MMQ above (on tensor-core GPUs): each kind of ours against its
 # counterpart
-SUM_X_CASES = ([(k, s) for k in DECODE_SUM_X for s in [(4096, 1, 14336), (1000, 3, 4096), (257, 8, 2048), (130, 5, 256)]]
-               + [(k, s) for k in MMQ_SUM_X for s in [(4096, 16, 14336), (1000, 64, 4096), (257, 300, 2048), (130, 9, 256)]])
+SUM_X_CASES = [
+    (k, s) for k in DECODE_SUM_X for s in [(4096, 1, 14336), (1000, 3, 4096), (257, 8, 2048), (130, 5, 256)]
+] + [(k, s) for k in MMQ_SUM_X for s in [(4096, 16, 14336), (1000, 64, 4096), (257, 300, 2048), (130, 9, 256)]]
 
 
 @requires_cuda
-@pytest.mark.parametrize("kernel,shape", [pytest.param(k.name, s, marks=kernel_param(k).marks, id=f"{k.name}-{s}")
-                                          for k, s in SUM_X_CASES])
+@pytest.mark.parametrize(
+    "kernel,shape", [pytest.param(k.name, s, marks=kernel_param(k).marks, id=f"{k.name}-{s}") for k, s in SUM_X_CASES]
+)
 def test_sum_x_mode_matches_llamacpps_cuda_mul_mat(kernel, shape):
     """The same bytes give llama.cpp's numbers: in the sum_x mode our decode kernels' output and
     MMVQ's, our tensor-core kernels' and MMQ's, differ by float rounding only (NMSE <= 1e-9), where
@@ -197,15 +203,17 @@ def test_sum_x_mode_matches_llamacpps_cuda_mul_mat(kernel, shape):
         Aq, Wn = F.quantize(A.numpy(), "q8_1", q8_1_sum="sum_x"), Wq.cpu().numpy()
         ab, wb = F.as_blocks(Aq, "q8_1"), F.as_blocks(Wn, "q4_1")
         nb = wb.shape[1]
-        sumi = np.einsum("nbj,mbj->nmb", F.unpack_quants(Aq, "q8_1").reshape(N, nb, 32).astype(np.int64),
-                         F.unpack_quants(Wn, "q4_1").reshape(M, nb, 32).astype(np.int64))
+        sumi = np.einsum(
+            "nbj,mbj->nmb",
+            F.unpack_quants(Aq, "q8_1").reshape(N, nb, 32).astype(np.int64),
+            F.unpack_quants(Wn, "q4_1").reshape(M, nb, 32).astype(np.int64),
+        )
         half = lambda x, y: (x.astype(np.float32)[None] * y.astype(np.float32)[:, None]).astype(np.float16)  # noqa: E731
         emulated = (half(wb["d"], ab["d"]).astype(np.float64) * sumi + half(wb["m"], ab["s"])).sum(axis=2)
         assert R.nmse(theirs, emulated) <= 1e-9
         assert R.nmse(ours, theirs) <= 1e-5
         return
     assert R.nmse(ours, theirs) <= 1e-9
-
 
 
 @requires_cuda

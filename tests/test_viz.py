@@ -1,5 +1,6 @@
 """Smoke tests for quantgemm_kernels.viz: every figure function draws and returns a Figure, every
 explorer returns a widget, and the helpers reject what they cannot draw."""
+
 import matplotlib
 
 matplotlib.use("Agg")  # before pyplot is imported anywhere: no display in CI
@@ -27,9 +28,21 @@ def fake_results():
             M = K = 256
             nbytes = 4 * (M * K + n * K + n * M)
             t = ms * n * 1e-3
-            out.append({"kernel": name, "device": "cpu", "M": M, "N": n, "K": K, "median_ms": ms * n,
-                        "min_ms": ms * n, "reps": 10, "gflops": 2 * M * n * K / t / 1e9,
-                        "gbps": nbytes / t / 1e9, "bytes": nbytes})
+            out.append(
+                {
+                    "kernel": name,
+                    "device": "cpu",
+                    "M": M,
+                    "N": n,
+                    "K": K,
+                    "median_ms": ms * n,
+                    "min_ms": ms * n,
+                    "reps": 10,
+                    "gflops": 2 * M * n * K / t / 1e9,
+                    "gbps": nbytes / t / 1e9,
+                    "bytes": nbytes,
+                }
+            )
     return out
 
 

@@ -1,4 +1,5 @@
 """Where the book is and what its TOC lists: shared by the fixtures and the tests."""
+
 from __future__ import annotations
 
 import os

@@ -8,6 +8,7 @@ Environment:
   CHROMIUM_PATH  the browser binary (default /usr/bin/chromium)
   BOOK_ROOT      the folder holding _config.yml, _toc.yml and _build/html (default: this repo)
 """
+
 from __future__ import annotations
 
 import functools
@@ -23,8 +24,8 @@ def pytest_configure(config):
     # pytest-playwright 0.10's session-scoped base_url fixture is a method, which pytest 9 warns
     # about once per run; nothing we can change here.
     config.addinivalue_line(
-        "filterwarnings",
-        "ignore:Session-scoped fixtures defined as instance methods:pytest.PytestRemovedIn10Warning")
+        "filterwarnings", "ignore:Session-scoped fixtures defined as instance methods:pytest.PytestRemovedIn10Warning"
+    )
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -49,12 +50,24 @@ def book_url():
 @pytest.fixture(scope="session")
 def browser_type_launch_args(browser_type_launch_args):
     if not Path(CHROMIUM).is_file():
-        pytest.fail(f"Chromium not found at {CHROMIUM}: `apt-get install -y chromium` (Debian) or set "
-                    "CHROMIUM_PATH. Do not use `playwright install`.")
+        pytest.fail(
+            f"Chromium not found at {CHROMIUM}: `apt-get install -y chromium` (Debian) or set "
+            "CHROMIUM_PATH. Do not use `playwright install`."
+        )
     # The flags keep Chromium from phoning home, and from needing a sandbox or a GPU in containers.
-    return {**browser_type_launch_args, "executable_path": CHROMIUM,
-            "args": ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                     "--disable-background-networking", "--disable-component-update", "--disable-sync"]}
+    return {
+        **browser_type_launch_args,
+        "executable_path": CHROMIUM,
+        "args": [
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+        ],
+    }
 
 
 @pytest.fixture(scope="session")

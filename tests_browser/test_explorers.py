@@ -7,6 +7,7 @@ draws another view: the ``data-qg-view`` it names changes, and so do the plotted
 the SVG paths of the lines or bars. A screenshot of the page after the moves goes to
 ``_build/screenshots/<page>__explorers.png``.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -27,20 +28,24 @@ def explorer_pages() -> list[str]:
 
 def test_the_book_has_explorers():
     """The GEMM NMSE explorer of chapter 2 at least (a build that lost them would skip the rest)."""
-    assert "notebooks/02_formats.html" in explorer_pages(), \
+    assert "notebooks/02_formats.html" in explorer_pages(), (
         f"no explorer in {HTML}/notebooks/02_formats.html: is the book built (make book)?"
+    )
 
 
 def figure_state(page: Page, i: int) -> dict:
     """What explorer i shows: its view key, the plotted traces' data, and the SVG paths drawn."""
-    return page.evaluate("""(i) => {
+    return page.evaluate(
+        """(i) => {
         const el = document.querySelectorAll('.qg-explorer')[i];
         const gd = el.querySelector('.qg-plot');
         return {view: el.getAttribute('data-qg-view'), draws: Number(el.getAttribute('data-qg-draws')),
                 data: JSON.stringify((gd.data || []).map(t => [t.name, t.x, t.y])),
                 paths: Array.from(gd.querySelectorAll('path.js-line, g.point path'))
                              .map(p => p.getAttribute('d')).join(' ')};
-    }""", i)
+    }""",
+        i,
+    )
 
 
 @pytest.mark.parametrize("path", explorer_pages())
@@ -50,8 +55,9 @@ def test_explorer_controls_change_the_figure(page: Page, book_url: str, screensh
     page.goto(f"{book_url}/{path}", wait_until="load")
     n = page.locator(".qg-explorer").count()
     assert n > 0
-    page.wait_for_function(f"document.querySelectorAll('.qg-explorer[data-qg-mounted=yes]').length === {n}",
-                           timeout=20_000)
+    page.wait_for_function(
+        f"document.querySelectorAll('.qg-explorer[data-qg-mounted=yes]').length === {n}", timeout=20_000
+    )
     problems = []
     for i in range(n):
         el = page.locator(".qg-explorer").nth(i)
@@ -73,9 +79,13 @@ def test_explorer_controls_change_the_figure(page: Page, book_url: str, screensh
                     break
             name = sel.get_attribute("name")
             if after["draws"] <= before["draws"] or after["view"] == before["view"]:
-                problems.append(f"explorer {i}, control {name}: no new view drawn ({before['view']} -> {after['view']})")
+                problems.append(
+                    f"explorer {i}, control {name}: no new view drawn ({before['view']} -> {after['view']})"
+                )
             elif after["data"] == before["data"]:
-                problems.append(f"explorer {i}, control {name}: {after['view']} plots the same data as {before['view']}")
+                problems.append(
+                    f"explorer {i}, control {name}: {after['view']} plots the same data as {before['view']}"
+                )
             elif after["paths"] == before["paths"]:
                 problems.append(f"explorer {i}, control {name}: the SVG did not change ({after['view']})")
             sel.select_option(current)  # back, so the next control starts from the initial view

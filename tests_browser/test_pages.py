@@ -8,6 +8,7 @@ and MathJax scripts are served by the book itself) and nothing local is missing.
 also need their Colab, Binder and repository links. A full-page screenshot of each page goes to
 ``_build/screenshots/`` for a human look.
 """
+
 from __future__ import annotations
 
 import re
@@ -25,8 +26,10 @@ KNOWN_PAGE_ERRORS = (re.compile(r"Identifier 'THEBE_JS_URL' has already been dec
 # <page folder>/@jupyter-widgets/html-manager/dist/<hash>.woff2 (webpack's public path follows the
 # page, not the script). Only icons inside widget buttons need them; sliders and labels draw without.
 # The book has no favicon; browsers ask for /favicon.ico anyway.
-KNOWN_MISSING = (re.compile(r"/@jupyter-widgets/html-manager/dist/[0-9a-f]{20}\.(woff2?|ttf|eot|svg)$"),
-                 re.compile(r"/favicon\.ico$"))
+KNOWN_MISSING = (
+    re.compile(r"/@jupyter-widgets/html-manager/dist/[0-9a-f]{20}\.(woff2?|ttf|eot|svg)$"),
+    re.compile(r"/favicon\.ico$"),
+)
 SKIP_PAGES = {"genindex.html", "search.html", "index.html"}  # index.html only redirects
 
 
@@ -36,8 +39,7 @@ def pages() -> list[str]:
     if HTML.is_dir():
         for p in sorted(HTML.rglob("*.html")):
             rel = p.relative_to(HTML).as_posix()
-            if rel not in SKIP_PAGES and not rel.startswith(("_static/", "_sources/", "_images/")) \
-                    and rel not in found:
+            if rel not in SKIP_PAGES and not rel.startswith(("_static/", "_sources/", "_images/")) and rel not in found:
                 found.append(rel)
     return found
 
@@ -67,8 +69,7 @@ def check_math(page: Page) -> list[str]:
     if n_math == 0:
         return []
     try:
-        page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise",
-                               timeout=15_000)
+        page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise", timeout=15_000)
     except Exception:
         return [f"{n_math} formulas but MathJax never started (script missing or blocked?)"]
     page.evaluate("() => MathJax.startup.promise")
@@ -108,12 +109,13 @@ def check_launch_links(page: Page, doc: str, config: dict) -> list[str]:
     slug = urlsplit(repo).path.strip("/")
     branch = config["repository"].get("branch", "main")
     wanted = {
-        "Colab": f'{config["launch_buttons"]["colab_url"]}/github/{slug}/blob/{branch}/{doc}.ipynb',
-        "Binder": f'{config["launch_buttons"]["binderhub_url"]}/v2/gh/{slug}/{branch}?urlpath=lab/tree/{doc}.ipynb',
+        "Colab": f"{config['launch_buttons']['colab_url']}/github/{slug}/blob/{branch}/{doc}.ipynb",
+        "Binder": f"{config['launch_buttons']['binderhub_url']}/v2/gh/{slug}/{branch}?urlpath=lab/tree/{doc}.ipynb",
         "repository": repo,
     }
-    return [f"no {name} link ({href})" for name, href in wanted.items()
-            if page.locator(f'a[href="{href}"]').count() == 0]
+    return [
+        f"no {name} link ({href})" for name, href in wanted.items() if page.locator(f'a[href="{href}"]').count() == 0
+    ]
 
 
 @pytest.mark.parametrize("path", pages())
@@ -140,8 +142,7 @@ def test_page(page: Page, book_url: str, book_config: dict, screenshot_dir: Path
 
     page.screenshot(path=str(screenshot_dir / f"{doc.replace('/', '__')}.png"), full_page=True)
 
-    problems += [f"script error: {e}" for e in watch.errors
-                 if not any(k.search(e) for k in KNOWN_PAGE_ERRORS)]
+    problems += [f"script error: {e}" for e in watch.errors if not any(k.search(e) for k in KNOWN_PAGE_ERRORS)]
     problems += [f"fetched from another host: {u}" for u in watch.foreign]
     problems += [f"missing: {m}" for m in watch.missing if not any(k.search(m) for k in KNOWN_MISSING)]
     assert not problems, f"{path}:\n  " + "\n  ".join(problems)

@@ -12,6 +12,7 @@ Figures: the kernel inherits this process's environment, and an MPLBACKEND set t
 GPU images) would keep every figure from being displayed, so the kernel always gets the inline
 backend; a cell that draws (quantgemm_kernels._nbcheck) and comes back without an image fails the run.
 """
+
 import json
 import os
 import re
@@ -49,13 +50,20 @@ def run(path: Path, timeout: int, execute: bool = True) -> list[str]:
     os.environ["MPLBACKEND"] = INLINE_BACKEND
     t0 = time.time()
     if execute:
-        NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
-                       resources={"metadata": {"path": str(path.parent)}}).execute()
+        NotebookClient(
+            nb,
+            timeout=timeout,
+            kernel_name="python3",
+            record_timing=False,
+            resources={"metadata": {"path": str(path.parent)}},
+        ).execute()
         print(f"{path.name}: executed in {time.time() - t0:.1f} s", flush=True)
     widgets = nb.metadata.get("widgets")
     version = nb.metadata.get("language_info", {}).get("version", "")
-    nb.metadata = {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
-                   "language_info": {"name": "python", "version": version}}
+    nb.metadata = {
+        "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+        "language_info": {"name": "python", "version": version},
+    }
     if widgets:
         nb.metadata["widgets"] = widgets
     problems = []

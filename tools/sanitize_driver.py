@@ -12,6 +12,7 @@
 mismatch, so a kernel that the sanitizer slows into a different code path still has to be right.
 The two planted bugs are the self-test: a sanitizer run that reports nothing on them is broken.
 """
+
 from __future__ import annotations
 
 import sys
@@ -37,9 +38,12 @@ def _need_cuda() -> None:
 
 
 def calls() -> list[str]:
-    names = [f"{k.name} M={m} N={n} K={kk}" for k in qk.kernels(device="cuda")
-             if not torch.cuda.is_available() or k.runs_on(torch.cuda.get_device_capability())
-             for (m, n, kk) in SANITIZE_SHAPES]
+    names = [
+        f"{k.name} M={m} N={n} K={kk}"
+        for k in qk.kernels(device="cuda")
+        if not torch.cuda.is_available() or k.runs_on(torch.cuda.get_device_capability())
+        for (m, n, kk) in SANITIZE_SHAPES
+    ]
     names += [f"quantize/dequantize {fmt} on cuda" for fmt in F.FORMATS]
     names += [f"misaligned_demo {mode}" for mode in mis.LEGAL_MODES]
     names += [f"conv1d_silu_int8 {c}" for c in CONV1D_CASES]
@@ -63,7 +67,7 @@ def run_kernels() -> int:
         if not k.runs_on(torch.cuda.get_device_capability()):
             print(f"skip {k.name}: runs on compute capability {k.min_sm} to {k.max_sm}", flush=True)
             continue
-        for (M, N, K) in SANITIZE_SHAPES:
+        for M, N, K in SANITIZE_SHAPES:
             err, C, _ = check_kernel(k, M, N, K, "normal", seed=M + N + K)
             n_calls += 1
             if not err <= KERNEL_NMSE:
@@ -90,8 +94,9 @@ def run_kernels() -> int:
         args = (inp.x, inp.w, inp.x_scale, inp.w_scale, inp.bias, inp.out_scale)
         want_q, want_z = sim.simulate_faithful(*args, return_float=True)
         for return_float in (False, True):
-            out = sim.conv1d_silu_int8(*(a.cuda() if isinstance(a, torch.Tensor) else a for a in args),
-                                       return_float=return_float)
+            out = sim.conv1d_silu_int8(
+                *(a.cuda() if isinstance(a, torch.Tensor) else a for a in args), return_float=return_float
+            )
             q = out[0] if return_float else out
             n_calls += 1
             if not np.array_equal(q.cpu().numpy(), sim._np(want_q)):

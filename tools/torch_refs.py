@@ -4,6 +4,7 @@ Same timing as the bench CLI's --graph rows (CUDA-graph replays of R back-to-bac
 
     python tools/torch_refs.py --shapes llama,tutorial --out bench_results/<machine>/<date>
 """
+
 import argparse
 import sys
 from pathlib import Path
@@ -35,11 +36,27 @@ def main() -> int:
             R = perf_repeats(M, N, K, "cuda")
             t = bench.time_callable(fn, "cuda", warmup=2, reps=args.reps, batch=R, graph=True)
             flops = 2.0 * M * N * K
-            rows.append({"kernel": name, "source": "torch", "device": "cuda", "M": M, "N": N, "K": K,
-                         "status": "ok", "median_ms": t.median_s * 1e3, "min_ms": t.min_s * 1e3, "reps": t.reps,
-                         "batch": R, "timing": "cuda-graph", "tflops": flops / t.median_s / 1e12,
-                         "gflops": flops / t.median_s / 1e9})
-            print(f"{name:22s} {M}x{N}x{K}: {t.median_s * 1e3:.4f} ms  {flops / t.median_s / 1e12:.1f} TFLOPS", flush=True)
+            rows.append(
+                {
+                    "kernel": name,
+                    "source": "torch",
+                    "device": "cuda",
+                    "M": M,
+                    "N": N,
+                    "K": K,
+                    "status": "ok",
+                    "median_ms": t.median_s * 1e3,
+                    "min_ms": t.min_s * 1e3,
+                    "reps": t.reps,
+                    "batch": R,
+                    "timing": "cuda-graph",
+                    "tflops": flops / t.median_s / 1e12,
+                    "gflops": flops / t.median_s / 1e9,
+                }
+            )
+            print(
+                f"{name:22s} {M}x{N}x{K}: {t.median_s * 1e3:.4f} ms  {flops / t.median_s / 1e12:.1f} TFLOPS", flush=True
+            )
     header = bench.make_header("cuda", what="torch matmul references for chapter 6 (tools/torch_refs.py)")
     csv_path, json_path = bench.write_results(rows, header, Path(args.out))
     print(f"wrote {json_path}")

@@ -3,6 +3,7 @@
 This module imports triton at the top, which is why nothing imports it at package import time:
 the package and its CPU path work without triton. The spec is ``fused_quant.quant_slide_reference``.
 """
+
 import triton
 import triton.language as tl
 from triton.language.extra import libdevice
@@ -27,11 +28,19 @@ def quant_slide_kernel(
     x_ptr,  # [M, K] fp32/fp16/bf16, rows stride_x apart, columns contiguous
     out_ptr,  # [M_pad, n_out32] int32: the int8/fp8 output viewed as one int32 per window
     scale_ptr,  # [M_pad] float32
-    M, K, stride_x,
+    M,
+    K,
+    stride_x,
     n_windows,  # windows holding data: num_groups * NUM_WINDOWS
     n_out32,  # int32 words per output row: K_out_pad / 4 (>= n_windows)
-    L: tl.constexpr, NUM_WINDOWS: tl.constexpr, IS_FP8: tl.constexpr, QMAX: tl.constexpr,
-    MIN_SCALE: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_OUT: tl.constexpr, PORTABLE_RINT: tl.constexpr,
+    L: tl.constexpr,
+    NUM_WINDOWS: tl.constexpr,
+    IS_FP8: tl.constexpr,
+    QMAX: tl.constexpr,
+    MIN_SCALE: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    BLOCK_OUT: tl.constexpr,
+    PORTABLE_RINT: tl.constexpr,
 ):
     # One program per output row, padding rows (row >= M) included: those write zeros and
     # scale 1.0, so the wrapper never has to zero-fill the output first.

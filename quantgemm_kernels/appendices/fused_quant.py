@@ -49,6 +49,7 @@ Two implementations return identical bytes:
 quantgemm_kernels.appendices.fused_quant --help`` runs a sweep and records it under
 ``bench_results/appendix_d/<machine>.csv``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -75,6 +76,7 @@ INPUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # ---------------------------------------------------------------------------------------------
 # Shapes and the index mapping
 # ---------------------------------------------------------------------------------------------
+
 
 def num_windows(L: int) -> int:
     """Windows of 4 per group of L: ``L/2 - 1`` (L=4: 1, i.e. plain 2:4; L=6: 2; L=8: 3; L=10: 4)."""
@@ -185,15 +187,18 @@ def slide_weight(w: torch.Tensor, L: int) -> torch.Tensor:
                         out[r, (g * nw + win) * 4 + p - 2 * win] = wp[r, g * L + p]
                         break
                 else:
-                    count = sum(nonzero[r][g * L:(g + 1) * L])
-                    raise ValueError(f"row {r}, group {g}: {count} nonzeros in {L}; the pattern allows at "
-                                     f"most {L - 2} (prune_to_pattern makes a weight that fits)")
+                    count = sum(nonzero[r][g * L : (g + 1) * L])
+                    raise ValueError(
+                        f"row {r}, group {g}: {count} nonzeros in {L}; the pattern allows at "
+                        f"most {L - 2} (prune_to_pattern makes a weight that fits)"
+                    )
     return out.to(w.device)
 
 
 # ---------------------------------------------------------------------------------------------
 # The reference (the spec)
 # ---------------------------------------------------------------------------------------------
+
 
 def _check_input(x, L: int, fmt: str) -> None:
     if not isinstance(x, torch.Tensor):
@@ -246,7 +251,7 @@ def quant_slide_reference(x: torch.Tensor, L: int = 8, fmt: str = "int8") -> tup
     q_bytes = torch.zeros(M, s.K_in_pad, dtype=torch.int8, device=x.device)
     q_bytes[:, :K] = q.view(torch.int8)
     out = torch.zeros(s.M_pad, s.K_out_pad, dtype=torch.int8, device=x.device)
-    out[:M, :s.K_out] = q_bytes[:, slide_index(K, L, x.device)]
+    out[:M, : s.K_out] = q_bytes[:, slide_index(K, L, x.device)]
     scale_out = torch.ones(s.M_pad, dtype=torch.float32, device=x.device)
     scale_out[:M] = scale
     return out.view(OUT_DTYPE[fmt]), scale_out
@@ -263,6 +268,7 @@ def dequantize_slid(q: torch.Tensor, scale: torch.Tensor, K: int, L: int, M: int
 # ---------------------------------------------------------------------------------------------
 # The Triton kernel
 # ---------------------------------------------------------------------------------------------
+
 
 def triton_available() -> bool:
     """True when ``import triton`` works (it does not check for a GPU)."""
@@ -305,10 +311,18 @@ def block_k_for(K: int) -> int:
     return min(4096, max(16, 1 << (K - 1).bit_length()))
 
 
-def quant_slide_triton(x: torch.Tensor, L: int = 8, fmt: str = "int8", *, block_out: int | None = None,
-                       num_warps: int | None = None, num_stages: int | None = None,
-                       block_k: int | None = None, out: torch.Tensor | None = None,
-                       scale: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def quant_slide_triton(
+    x: torch.Tensor,
+    L: int = 8,
+    fmt: str = "int8",
+    *,
+    block_out: int | None = None,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
+    block_k: int | None = None,
+    out: torch.Tensor | None = None,
+    scale: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The same result as :func:`quant_slide_reference`, from one Triton kernel (CUDA tensors).
 
     The kernel writes every byte of the output, padding included, so the output is allocated
@@ -319,11 +333,14 @@ def quant_slide_triton(x: torch.Tensor, L: int = 8, fmt: str = "int8", *, block_
     """
     _check_input(x, L, fmt)
     if x.device.type != "cuda" and not _interpreting():
-        raise ValueError(f"quant_slide_triton needs a CUDA tensor, got one on {x.device} "
-                         "(quant_slide_reference runs anywhere; TRITON_INTERPRET=1 runs Triton on the CPU)")
+        raise ValueError(
+            f"quant_slide_triton needs a CUDA tensor, got one on {x.device} "
+            "(quant_slide_reference runs anywhere; TRITON_INTERPRET=1 runs Triton on the CPU)"
+        )
     if fmt == "fp8" and x.device.type == "cuda" and not fp8_supported(x.device):
-        raise ValueError(f"FP8 E4M3 needs compute capability >= 8.9, this GPU has "
-                         f"{torch.cuda.get_device_capability(x.device)}")
+        raise ValueError(
+            f"FP8 E4M3 needs compute capability >= 8.9, this GPU has {torch.cuda.get_device_capability(x.device)}"
+        )
     from . import _fused_quant_triton as kt  # imports triton
 
     if x.stride(1) != 1:
@@ -342,17 +359,36 @@ def quant_slide_triton(x: torch.Tensor, L: int = 8, fmt: str = "int8", *, block_
         out = torch.empty(s.M_pad, s.K_out_pad, dtype=OUT_DTYPE[fmt], device=x.device)
     if scale is None:
         scale = torch.empty(s.M_pad, dtype=torch.float32, device=x.device)
-    for name, t, shape, dtype in (("out", out, (s.M_pad, s.K_out_pad), OUT_DTYPE[fmt]),
-                                  ("scale", scale, (s.M_pad,), torch.float32)):
+    for name, t, shape, dtype in (
+        ("out", out, (s.M_pad, s.K_out_pad), OUT_DTYPE[fmt]),
+        ("scale", scale, (s.M_pad,), torch.float32),
+    ):
         if tuple(t.shape) != shape or t.dtype != dtype or not t.is_contiguous() or t.device != x.device:
-            raise ValueError(f"{name} must be a contiguous {dtype} tensor of shape {shape} on {x.device}, "
-                             f"got {t.dtype} {tuple(t.shape)} on {t.device}")
+            raise ValueError(
+                f"{name} must be a contiguous {dtype} tensor of shape {shape} on {x.device}, "
+                f"got {t.dtype} {tuple(t.shape)} on {t.device}"
+            )
     out32 = out.view(torch.int32)  # [M_pad, K_out_pad / 4]: one int32 per window of 4 bytes
     kt.quant_slide_kernel[(s.M_pad,)](
-        x, out32, scale, M, K, x.stride(0), s.num_groups * s.num_windows, s.K_out_pad // 4,
-        L=L, NUM_WINDOWS=s.num_windows, IS_FP8=(fmt == "fp8"), QMAX=QMAX[fmt], MIN_SCALE=MIN_SCALE,
-        BLOCK_K=block_k, BLOCK_OUT=block_out, PORTABLE_RINT=_interpreting(),
-        num_warps=num_warps, num_stages=num_stages)
+        x,
+        out32,
+        scale,
+        M,
+        K,
+        x.stride(0),
+        s.num_groups * s.num_windows,
+        s.K_out_pad // 4,
+        L=L,
+        NUM_WINDOWS=s.num_windows,
+        IS_FP8=(fmt == "fp8"),
+        QMAX=QMAX[fmt],
+        MIN_SCALE=MIN_SCALE,
+        BLOCK_K=block_k,
+        BLOCK_OUT=block_out,
+        PORTABLE_RINT=_interpreting(),
+        num_warps=num_warps,
+        num_stages=num_stages,
+    )
     return out, scale
 
 
@@ -366,6 +402,7 @@ def quant_slide(x: torch.Tensor, L: int = 8, fmt: str = "int8") -> tuple[torch.T
 # ---------------------------------------------------------------------------------------------
 # Timing
 # ---------------------------------------------------------------------------------------------
+
 
 def bytes_moved(M: int, K: int, L: int, fmt: str = "int8", dtype=torch.bfloat16) -> int:
     """The fewest bytes one call must move: read x once, write q (padding included) and the scales.
@@ -411,9 +448,18 @@ def _time_us(fn, n_sets: int, device: str, warmup: int, reps: int, inner: int) -
 ROTATE_BYTES = 200e6
 
 
-def bench_fused_quant(M: int, K: int, L: int = 8, fmt: str = "int8", dtype=torch.bfloat16, device: str | None = None,
-                      warmup: int = 3, reps: int = 20, impls=("triton", "reference", "copy"),
-                      seed: int = 0) -> list[dict]:
+def bench_fused_quant(
+    M: int,
+    K: int,
+    L: int = 8,
+    fmt: str = "int8",
+    dtype=torch.bfloat16,
+    device: str | None = None,
+    warmup: int = 3,
+    reps: int = 20,
+    impls=("triton", "reference", "copy"),
+    seed: int = 0,
+) -> list[dict]:
     """Time the Triton kernel, the torch reference and a plain copy of x on one shape.
 
     One dict per implementation: ``impl, M, K, L, fmt, dtype, device, status, reason, us, bytes,
@@ -436,9 +482,22 @@ def bench_fused_quant(M: int, K: int, L: int = 8, fmt: str = "int8", dtype=torch
     xs = [x0] + [x0.clone() for _ in range(n_sets - 1)]
     rows = []
     for impl in impls:
-        row = {"impl": impl, "M": M, "K": K, "L": L, "fmt": fmt, "dtype": str(dtype).replace("torch.", ""),
-               "device": device, "status": "ok", "reason": "", "us": None, "gbps": None, "frac_of_copy": None,
-               "timing": None, "bytes": 2 * x0.numel() * x0.element_size() if impl == "copy" else per_call}
+        row = {
+            "impl": impl,
+            "M": M,
+            "K": K,
+            "L": L,
+            "fmt": fmt,
+            "dtype": str(dtype).replace("torch.", ""),
+            "device": device,
+            "status": "ok",
+            "reason": "",
+            "us": None,
+            "gbps": None,
+            "frac_of_copy": None,
+            "timing": None,
+            "bytes": 2 * x0.numel() * x0.element_size() if impl == "copy" else per_call,
+        }
         if impl == "triton" and device != "cuda":
             row.update(status="skipped", reason="the Triton kernel needs an NVIDIA GPU")
         elif impl == "triton" and not triton_available():
@@ -468,8 +527,16 @@ def bench_fused_quant(M: int, K: int, L: int = 8, fmt: str = "int8", dtype=torch
     return rows
 
 
-def compare_configs(M: int, K: int, L: int = 8, fmt: str = "int8", dtype=torch.bfloat16,
-                    block_outs=(128, 256, 512, 1024), warps=(4, 8, 16), reps: int = 10) -> list[dict]:
+def compare_configs(
+    M: int,
+    K: int,
+    L: int = 8,
+    fmt: str = "int8",
+    dtype=torch.bfloat16,
+    block_outs=(128, 256, 512, 1024),
+    warps=(4, 8, 16),
+    reps: int = 10,
+) -> list[dict]:
     """Time the kernel (GPU) with every ``(BLOCK_OUT, num_warps)`` pair; rows sorted fastest first,
     each ``{"block_out", "num_warps", "us", "chosen"}`` (``chosen``: :func:`choose_config`'s pick).
     Timed as :func:`bench_fused_quant` times, rotating over buffer sets."""
@@ -480,8 +547,10 @@ def compare_configs(M: int, K: int, L: int = 8, fmt: str = "int8", dtype=torch.b
     rows = []
     for bo in block_outs:
         for nw in warps:
+
             def fn(i, bo=bo, nw=nw):
                 quant_slide_triton(xs[i], L, fmt, block_out=bo, num_warps=nw)
+
             us, _ = _time_us(fn, n_sets, "cuda", 3, reps, max(20, n_sets))
             rows.append({"block_out": bo, "num_warps": nw, "us": us, "chosen": (bo, nw) == chosen})
     return sorted(rows, key=lambda r: r["us"])
@@ -492,8 +561,17 @@ SWEEP_MS = (1, 16, 64, 256, 1024, 4096, 16384)
 SWEEP_KS = (4096, 14336)
 
 
-def run_sweep(Ms=SWEEP_MS, Ks=SWEEP_KS, L: int = 8, fmts=("int8", "fp8"), dtype=torch.bfloat16, device=None,
-              reference_max_elems: int = 1 << 26, progress: bool = True, **kw) -> list[dict]:
+def run_sweep(
+    Ms=SWEEP_MS,
+    Ks=SWEEP_KS,
+    L: int = 8,
+    fmts=("int8", "fp8"),
+    dtype=torch.bfloat16,
+    device=None,
+    reference_max_elems: int = 1 << 26,
+    progress: bool = True,
+    **kw,
+) -> list[dict]:
     """:func:`bench_fused_quant` over shapes and formats. The torch reference is skipped above
     ``reference_max_elems`` values of x (its temporaries would take several GB)."""
     rows = []
@@ -510,8 +588,22 @@ def run_sweep(Ms=SWEEP_MS, Ks=SWEEP_KS, L: int = 8, fmts=("int8", "fp8"), dtype=
 
 
 RESULTS_DIR = Path(__file__).resolve().parents[2] / "bench_results" / "appendix_d"
-RESULT_COLUMNS = ("impl", "M", "K", "L", "fmt", "dtype", "device", "status", "reason", "us", "bytes", "gbps",
-                  "frac_of_copy", "timing")
+RESULT_COLUMNS = (
+    "impl",
+    "M",
+    "K",
+    "L",
+    "fmt",
+    "dtype",
+    "device",
+    "status",
+    "reason",
+    "us",
+    "bytes",
+    "gbps",
+    "frac_of_copy",
+    "timing",
+)
 
 
 def save_results(rows: list[dict], out_dir=RESULTS_DIR, device: str = "cuda") -> Path:
@@ -524,10 +616,14 @@ def save_results(rows: list[dict], out_dir=RESULTS_DIR, device: str = "cuda") ->
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    header = bench.make_header(device, triton=_triton_version(), tool="quantgemm_kernels.appendices.fused_quant",
-                               timing="median over timed samples after warm-up; a sample is one CUDA-graph replay "
-                                      "of back-to-back calls rotating over buffer sets (fused_quant.ROTATE_BYTES), "
-                                      "between CUDA events; us = sample time / calls (eager perf_counter on a CPU)")
+    header = bench.make_header(
+        device,
+        triton=_triton_version(),
+        tool="quantgemm_kernels.appendices.fused_quant",
+        timing="median over timed samples after warm-up; a sample is one CUDA-graph replay "
+        "of back-to-back calls rotating over buffer sets (fused_quant.ROTATE_BYTES), "
+        "between CUDA events; us = sample time / calls (eager perf_counter on a CPU)",
+    )
     path = out / f"{header['machine_slug']}.csv"
     with open(path, "w", newline="") as f:
         for key, value in header.items():
@@ -561,8 +657,11 @@ def plot_bandwidth(rows: list[dict], title: str, K: int | None = None, fmt: str 
     rows = [r for r in rows if r["status"] == "ok" and r["fmt"] == fmt and (K is None or r["K"] == K)]
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 4))
-    style = {"triton": ("o-", "Triton fused kernel"), "reference": ("s--", "torch reference"),
-             "copy": ("^:", "plain copy of x")}
+    style = {
+        "triton": ("o-", "Triton fused kernel"),
+        "reference": ("s--", "torch reference"),
+        "copy": ("^:", "plain copy of x"),
+    }
     for impl, (marker, label) in style.items():
         pts = sorted((r["M"], r["gbps"]) for r in rows if r["impl"] == impl)
         if pts:
@@ -586,9 +685,11 @@ def _triton_version():
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m quantgemm_kernels.appendices.fused_quant",
-                                description="Time the fused quantize+slide kernel against the torch reference "
-                                            "and a plain copy; write bench_results/appendix_d/<machine>.csv.")
+    p = argparse.ArgumentParser(
+        prog="python -m quantgemm_kernels.appendices.fused_quant",
+        description="Time the fused quantize+slide kernel against the torch reference "
+        "and a plain copy; write bench_results/appendix_d/<machine>.csv.",
+    )
     p.add_argument("--Ms", default=",".join(map(str, SWEEP_MS)), help="comma-separated M values")
     p.add_argument("--Ks", default=",".join(map(str, SWEEP_KS)), help="comma-separated K values")
     p.add_argument("--L", type=int, default=8)
@@ -597,9 +698,12 @@ def main(argv=None) -> int:
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--out", default=str(RESULTS_DIR))
     p.add_argument("--no-save", action="store_true")
-    p.add_argument("--configs", action="store_true",
-                   help="instead of the sweep: time every (BLOCK_OUT, num_warps) pair for each M and the first K "
-                        "(INT8), against choose_config's pick")
+    p.add_argument(
+        "--configs",
+        action="store_true",
+        help="instead of the sweep: time every (BLOCK_OUT, num_warps) pair for each M and the first K "
+        "(INT8), against choose_config's pick",
+    )
     args = p.parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     from ..bench import machine_name
@@ -610,12 +714,22 @@ def main(argv=None) -> int:
         for M in (int(v) for v in args.Ms.split(",")):
             rows = compare_configs(M, K, args.L, "int8", getattr(torch, args.dtype), reps=args.reps)
             pick = next(r for r in rows if r["chosen"])
-            print(f"M={M:6} K={K}: best {rows[0]['block_out']:5}/{rows[0]['num_warps']:2} warps {rows[0]['us']:8.1f} us;"
-                  f" choose_config {pick['block_out']}/{pick['num_warps']} {pick['us']:8.1f} us;"
-                  f" worst {rows[-1]['block_out']}/{rows[-1]['num_warps']} {rows[-1]['us']:8.1f} us", flush=True)
+            print(
+                f"M={M:6} K={K}: best {rows[0]['block_out']:5}/{rows[0]['num_warps']:2} warps {rows[0]['us']:8.1f} us;"
+                f" choose_config {pick['block_out']}/{pick['num_warps']} {pick['us']:8.1f} us;"
+                f" worst {rows[-1]['block_out']}/{rows[-1]['num_warps']} {rows[-1]['us']:8.1f} us",
+                flush=True,
+            )
         return 0
-    rows = run_sweep([int(v) for v in args.Ms.split(",")], [int(v) for v in args.Ks.split(",")], args.L,
-                     tuple(args.fmts.split(",")), getattr(torch, args.dtype), device, reps=args.reps)
+    rows = run_sweep(
+        [int(v) for v in args.Ms.split(",")],
+        [int(v) for v in args.Ks.split(",")],
+        args.L,
+        tuple(args.fmts.split(",")),
+        getattr(torch, args.dtype),
+        device,
+        reps=args.reps,
+    )
     if not args.no_save:
         print("wrote", save_results(rows, args.out, device))
     return 0

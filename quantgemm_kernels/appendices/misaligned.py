@@ -17,6 +17,7 @@ results to ``bench_results/appendix_b/<gpu>.json`` for the CPU build of the book
 
 Command line (GPU machine): ``python -m quantgemm_kernels.appendices.misaligned --record``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,6 +55,7 @@ LEGAL_MODES = ("two_halves", "bytes", "repacked_b4", "repacked_b16")
 # Layouts (pure numpy: runs everywhere)
 # ---------------------------------------------------------------------------------------------
 
+
 def lowest_alignment(addresses) -> int:
     """The largest power of two (up to 256) dividing every address: what a load may assume."""
     a = 256
@@ -72,9 +74,15 @@ def layout_table(n_blocks: int = 64, base: int = 256, fmts=F.BASIC_FORMATS) -> l
         dt = F.BLOCK_DTYPES[fmt]
         off = dt.fields["qs"][1]
         addrs = [base + b * dt.itemsize + off for b in range(n_blocks)]
-        rows.append({"format": fmt, "block_bytes": dt.itemsize, "qs_offset": off,
-                     "qs_alignment": lowest_alignment(addrs),
-                     "first_qs_addresses_mod_4": [(a - base) % 4 for a in addrs[:4]]})
+        rows.append(
+            {
+                "format": fmt,
+                "block_bytes": dt.itemsize,
+                "qs_offset": off,
+                "qs_alignment": lowest_alignment(addrs),
+                "first_qs_addresses_mod_4": [(a - base) % 4 for a in addrs[:4]],
+            }
+        )
     return rows
 
 
@@ -100,6 +108,7 @@ def words_from_halves(qs_bytes: np.ndarray) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------
 # The kernels (CUDA only)
 # ---------------------------------------------------------------------------------------------
+
 
 def _ops():
     from .._build import load_appendix_b
@@ -134,8 +143,10 @@ def block_sums(q, mode: str, *, repacked=None, allow_fault: bool = False):
     if mode not in MODES:
         raise ValueError(f"mode must be one of {tuple(MODES)}, got {mode!r}")
     if mode == "naive" and not allow_fault:
-        raise ValueError("mode 'naive' ends this process's use of the GPU (a sticky CUDA error): "
-                         "run it with run_in_child(fixed=False)")
+        raise ValueError(
+            "mode 'naive' ends this process's use of the GPU (a sticky CUDA error): "
+            "run it with run_in_child(fixed=False)"
+        )
     if q.device.type != "cuda":
         raise ValueError(f"the demonstration kernels run on a CUDA GPU, got a tensor on {q.device}")
     if q.data_ptr() % 16:  # checked here too: the operator's own check raises RuntimeError
@@ -160,6 +171,7 @@ def make_blocks(n_blocks: int, seed: int = 0, device: str = "cuda"):
 # ---------------------------------------------------------------------------------------------
 # The faulting kernel, in a child process
 # ---------------------------------------------------------------------------------------------
+
 
 def error_line(stderr: str) -> str:
     """The exception line of a Python traceback in ``stderr`` (``SomeError: message``), else its last line."""
@@ -210,15 +222,26 @@ def run_in_child(fixed: bool, n_blocks: int = 4096, seed: int = 0, timeout: floa
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["PYTHONUNBUFFERED"] = "1"
-    cmd = [sys.executable, "-m", "quantgemm_kernels.appendices.misaligned",
-           "--child", "fixed" if fixed else "naive", "--blocks", str(n_blocks), "--seed", str(seed)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "quantgemm_kernels.appendices.misaligned",
+        "--child",
+        "fixed" if fixed else "naive",
+        "--blocks",
+        str(n_blocks),
+        "--seed",
+        str(seed),
+    ]
     t0 = time.perf_counter()
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=str(ROOT))
         out, err, rc, timed_out = p.stdout, p.stderr, p.returncode, False
     except subprocess.TimeoutExpired as e:
+
         def text(b):
             return b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
+
         out, err, rc, timed_out = text(e.stdout), text(e.stderr), None, True
     return ChildResult(fixed, rc, out, err, time.perf_counter() - t0, timed_out)
 
@@ -235,14 +258,24 @@ def _child_main(which: str, n_blocks: int, seed: int) -> int:
     print(f"launched mode {mode!r} on {n_blocks} blocks: no error at launch", flush=True)
     torch.cuda.synchronize()  # the naive kernel's fault is reported here
     got = y.cpu().numpy()
-    print(json.dumps({"mode": mode, "n_blocks": n_blocks, "equal": bool(np.array_equal(got, ref)),
-                      "max_abs_diff": float(np.max(np.abs(got - ref))) if got.size else 0.0}), flush=True)
+    print(
+        json.dumps(
+            {
+                "mode": mode,
+                "n_blocks": n_blocks,
+                "equal": bool(np.array_equal(got, ref)),
+                "max_abs_diff": float(np.max(np.abs(got - ref))) if got.size else 0.0,
+            }
+        ),
+        flush=True,
+    )
     return 0
 
 
 # ---------------------------------------------------------------------------------------------
 # What the legal loads cost
 # ---------------------------------------------------------------------------------------------
+
 
 def measure_bandwidth(n_blocks: int = 1 << 24, reps: int = 20, seed: int = 0) -> list[dict]:
     """Time the legal modes on ``n_blocks`` Q4_0 blocks (default 2^24: 302 MB, several times the
@@ -262,19 +295,37 @@ def measure_bandwidth(n_blocks: int = 1 << 24, reps: int = 20, seed: int = 0) ->
         got = block_sums(q, mode, repacked=packed).cpu().numpy()
         if not np.array_equal(got, ref):
             raise AssertionError(f"mode {mode!r} differs from the reference")
-        t = time_callable(lambda m=mode: block_sums(q, m, repacked=packed), "cuda", warmup=3, reps=reps,
-                          min_time_s=0.2)
-        rows.append({"mode": mode, "loads": MODE_LOADS[mode], "n_blocks": n_blocks, "bytes": nbytes,
-                     "median_ms": t.median_s * 1e3, "min_ms": t.min_s * 1e3, "reps": t.reps,
-                     "gbps": nbytes / t.median_s / 1e9, "matches_reference": True})
+        t = time_callable(lambda m=mode: block_sums(q, m, repacked=packed), "cuda", warmup=3, reps=reps, min_time_s=0.2)
+        rows.append(
+            {
+                "mode": mode,
+                "loads": MODE_LOADS[mode],
+                "n_blocks": n_blocks,
+                "bytes": nbytes,
+                "median_ms": t.median_s * 1e3,
+                "min_ms": t.min_s * 1e3,
+                "reps": t.reps,
+                "gbps": nbytes / t.median_s / 1e9,
+                "matches_reference": True,
+            }
+        )
     # The roof: a plain device-to-device copy of the same bytes (read + written).
     src = q.clone()
     dst = torch.empty_like(src)
     t = time_callable(lambda: dst.copy_(src), "cuda", warmup=3, reps=reps, min_time_s=0.2)
-    rows.append({"mode": "copy", "loads": "torch copy_ of the 18-byte blocks (the memory system's roof)",
-                 "n_blocks": n_blocks, "bytes": 2 * src.numel(), "median_ms": t.median_s * 1e3,
-                 "min_ms": t.min_s * 1e3, "reps": t.reps, "gbps": 2 * src.numel() / t.median_s / 1e9,
-                 "matches_reference": None})
+    rows.append(
+        {
+            "mode": "copy",
+            "loads": "torch copy_ of the 18-byte blocks (the memory system's roof)",
+            "n_blocks": n_blocks,
+            "bytes": 2 * src.numel(),
+            "median_ms": t.median_s * 1e3,
+            "min_ms": t.min_s * 1e3,
+            "reps": t.reps,
+            "gbps": 2 * src.numel() / t.median_s / 1e9,
+            "matches_reference": None,
+        }
+    )
     return rows
 
 
@@ -292,9 +343,11 @@ def record(out_dir=None, n_blocks: int = 1 << 24) -> Path:
         d = asdict(r) | {"error_line": r.error_line, "report": r.report}
         d["stdout"], d["stderr"] = scrub_paths(r.stdout), scrub_paths(r.stderr)
         children[name] = d
-    data = {"header": make_header("cuda", tool="quantgemm_kernels.appendices.misaligned"),
-            "children": children,
-            "bandwidth": measure_bandwidth(n_blocks)}
+    data = {
+        "header": make_header("cuda", tool="quantgemm_kernels.appendices.misaligned"),
+        "children": children,
+        "bandwidth": measure_bandwidth(n_blocks),
+    }
     out = Path(out_dir) if out_dir else RESULTS_DIR
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{machine_slug('cuda')}.json"
@@ -318,8 +371,9 @@ def load_recorded(results_dir=None) -> dict | None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m quantgemm_kernels.appendices.misaligned",
-                                description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m quantgemm_kernels.appendices.misaligned", description=__doc__.split("\n")[0]
+    )
     p.add_argument("--child", choices=("naive", "fixed"), help="(internal) run one kernel and report")
     p.add_argument("--blocks", type=int, default=4096)
     p.add_argument("--seed", type=int, default=0)

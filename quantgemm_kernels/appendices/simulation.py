@@ -27,6 +27,7 @@ Functions (the appendix uses all of them):
 * :func:`exp_portable`, :func:`exp_libm`, :func:`round_half_away`: the building blocks.
 * :func:`make_inputs`, :func:`compare_int8`: seeded inputs with calibrated scales; disagreement counts.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -44,21 +45,32 @@ MAX_WIDTH = 1024  # |acc| <= width * 128 * 128 must be exact in float32 (2^24)
 _LOG2E = F32(float.fromhex("0x1.715476p+0"))
 _LN2_HI = F32(float.fromhex("0x1.62e4p-1"))
 _LN2_LO = F32(float.fromhex("0x1.7f7d1cp-20"))
-_TAYLOR = [F32(float.fromhex(h)) for h in  # 1/7!, 1/6!, ..., 1/2!, 1, 1 for Horner's rule
-           ("0x1.a01a02p-13", "0x1.6c16c2p-10", "0x1.111112p-7", "0x1.555556p-5", "0x1.555556p-3",
-            "0x1p-1", "0x1p+0", "0x1p+0")]
+_TAYLOR = [
+    F32(float.fromhex(h))
+    for h in (  # 1/7!, 1/6!, ..., 1/2!, 1, 1 for Horner's rule
+        "0x1.a01a02p-13",
+        "0x1.6c16c2p-10",
+        "0x1.111112p-7",
+        "0x1.555556p-5",
+        "0x1.555556p-3",
+        "0x1p-1",
+        "0x1p+0",
+        "0x1p+0",
+    )
+]
 
 FIXES = ("round_once", "scales_after", "round_half_away", "kernel_silu")
 
 
 class Conv1dInputs(NamedTuple):
     """The op's arguments, in the order every function here takes them: ``f(*inputs)``."""
-    x: torch.Tensor        # int8 [batch, channels, time]
-    w: torch.Tensor        # int8 [channels, width]
+
+    x: torch.Tensor  # int8 [batch, channels, time]
+    w: torch.Tensor  # int8 [channels, width]
     x_scale: torch.Tensor  # float32 [1] (per tensor) or [channels]
     w_scale: torch.Tensor  # float32 [channels]
     bias: torch.Tensor | None  # float32 [channels]
-    out_scale: float       # a float32 value held in a Python float
+    out_scale: float  # a float32 value held in a Python float
 
 
 # ------------------------------------------------------------------------------ the compiled op
@@ -193,7 +205,7 @@ def _int_conv(x, w) -> np.ndarray:
     xp = np.concatenate([np.zeros((B, C, W - 1), np.int32), x], axis=2)
     acc = np.zeros((B, C, T), np.int32)
     for k in range(W):
-        acc += w[None, :, k, None] * xp[:, :, k:k + T]
+        acc += w[None, :, k, None] * xp[:, :, k : k + T]
     return acc
 
 
@@ -246,8 +258,9 @@ def simulate_float(x, w, x_scale, w_scale, bias, out_scale, *, fixes=()):
     else:
         x_f = torch.from_numpy(_np(x).astype(F32) * sx[None, :, None])  # [1] or [C] broadcasts over channels
         w_f = torch.from_numpy(_np(w).astype(F32) * sw[:, None])
-        y = nnf.conv1d(nnf.pad(x_f, (W - 1, 0)), w_f[:, None, :], None if b is None else torch.from_numpy(b),
-                       groups=C).numpy()
+        y = nnf.conv1d(
+            nnf.pad(x_f, (W - 1, 0)), w_f[:, None, :], None if b is None else torch.from_numpy(b), groups=C
+        ).numpy()
     rnd = round_half_away if "round_half_away" in fixes else np.round  # np.round: ties to even, as torch.round
     s_out = F32(out_scale)
     if "round_once" not in fixes:
@@ -276,8 +289,16 @@ def ideal(x, w, x_scale, w_scale, bias) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------ inputs and metrics
-def make_inputs(batch: int = 2, channels: int = 64, time: int = 256, width: int = 4, seed: int = 0, *,
-                x_scale_per_channel: bool = False, with_bias: bool = True) -> Conv1dInputs:
+def make_inputs(
+    batch: int = 2,
+    channels: int = 64,
+    time: int = 256,
+    width: int = 4,
+    seed: int = 0,
+    *,
+    x_scale_per_channel: bool = False,
+    with_bias: bool = True,
+) -> Conv1dInputs:
     """Seeded int8 inputs with the scales a calibration would give them (absmax / 127).
 
     Float activations (a different spread per channel) and weights are quantized symmetrically:
@@ -300,8 +321,14 @@ def make_inputs(batch: int = 2, channels: int = 64, time: int = 256, width: int 
     z = ideal(x, w, sx, sw, bias)
     amax = float(np.abs(z).max()) if z.size else 0.0
     out_scale = float(F32(amax / 127.0)) if amax > 0 else 1.0
-    return Conv1dInputs(torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(sx), torch.from_numpy(sw),
-                        None if bias is None else torch.from_numpy(bias), out_scale)
+    return Conv1dInputs(
+        torch.from_numpy(x),
+        torch.from_numpy(w),
+        torch.from_numpy(sx),
+        torch.from_numpy(sw),
+        None if bias is None else torch.from_numpy(bias),
+        out_scale,
+    )
 
 
 def compare_int8(a, b) -> dict:

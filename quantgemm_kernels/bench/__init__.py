@@ -17,12 +17,33 @@ One module per job, every name below importable from here:
 * :mod:`.ceilings`: :func:`measure_ceilings`, the roofline's two roofs.
 * :mod:`.cli`: the command line.
 """
+
 from .ceilings import measure_ceilings
 from .cli import main
-from .machine import (BUSY_LOAD_PER_CPU, ROOT, _cores_in_cpuinfo as _cores_in_cpuinfo, cpu_model, cpu_name, git_commit, host_load,
-                      machine_name, machine_slug, physical_cores)
-from .results import (COLUMNS, Row, cold_warm_table, format_table, load_results, make_header, read_json,
-                      write_csv, write_json, write_results)
+from .machine import (
+    BUSY_LOAD_PER_CPU,
+    ROOT,
+    _cores_in_cpuinfo as _cores_in_cpuinfo,
+    cpu_model,
+    cpu_name,
+    git_commit,
+    host_load,
+    machine_name,
+    machine_slug,
+    physical_cores,
+)
+from .results import (
+    COLUMNS,
+    Row,
+    cold_warm_table,
+    format_table,
+    load_results,
+    make_header,
+    read_json,
+    write_csv,
+    write_json,
+    write_results,
+)
 from .selection import SHAPE_SETS, SIDES, Entry, baseline_name, entry, ggml_entries, parse_shapes, select_kernels
 from .sweep import bench_kernel, bytes_moved, operator_call, run_sweep
 from .timing import Timing, time_callable, time_samples
@@ -31,9 +52,41 @@ from .timing import Timing, time_callable, time_samples
 _cpu_model = cpu_model
 _git_commit = git_commit
 
-__all__ = ["BUSY_LOAD_PER_CPU", "COLUMNS", "Entry", "ROOT", "Row", "SHAPE_SETS", "SIDES", "Timing", "baseline_name",
-           "bench_kernel", "bytes_moved", "cold_warm_table", "cpu_model", "cpu_name", "entry", "format_table",
-           "ggml_entries", "git_commit", "host_load", "load_results", "machine_name", "machine_slug", "main",
-           "make_header", "measure_ceilings", "operator_call", "parse_shapes", "physical_cores", "read_json",
-           "run_sweep", "select_kernels", "time_callable", "time_samples", "write_csv", "write_json",
-           "write_results"]
+__all__ = [
+    "BUSY_LOAD_PER_CPU",
+    "COLUMNS",
+    "Entry",
+    "ROOT",
+    "Row",
+    "SHAPE_SETS",
+    "SIDES",
+    "Timing",
+    "baseline_name",
+    "bench_kernel",
+    "bytes_moved",
+    "cold_warm_table",
+    "cpu_model",
+    "cpu_name",
+    "entry",
+    "format_table",
+    "ggml_entries",
+    "git_commit",
+    "host_load",
+    "load_results",
+    "machine_name",
+    "machine_slug",
+    "main",
+    "make_header",
+    "measure_ceilings",
+    "operator_call",
+    "parse_shapes",
+    "physical_cores",
+    "read_json",
+    "run_sweep",
+    "select_kernels",
+    "time_callable",
+    "time_samples",
+    "write_csv",
+    "write_json",
+    "write_results",
+]

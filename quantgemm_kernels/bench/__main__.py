@@ -1,4 +1,5 @@
 """``python -m quantgemm_kernels.bench``: see :mod:`.cli`."""
+
 import sys
 
 from .cli import main

@@ -5,6 +5,7 @@ Chapters 3 and 4 draw their rooflines with :func:`measure_ceilings`; the benchma
 them in its header. The GPU measurement (``quantgemm_kernels.measure``) times its own ceilings as
 it times kernels, with the profiler.
 """
+
 from __future__ import annotations
 
 import torch
@@ -13,8 +14,13 @@ from .machine import machine_name
 from .timing import time_callable
 
 
-def measure_ceilings(device: str = "cpu", copy_mb: float | None = None, matmul_n: int | None = None,
-                     reps: int = 5, cache_copy_mb: float | None = 16.0) -> dict:
+def measure_ceilings(
+    device: str = "cpu",
+    copy_mb: float | None = None,
+    matmul_n: int | None = None,
+    reps: int = 5,
+    cache_copy_mb: float | None = 16.0,
+) -> dict:
     """The two roofs of a roofline plot, measured with torch on ``device``.
 
     * ``copy_gbps``: ``dst.copy_(src)`` of a large float32 tensor (256 MB on a CPU, 1 GB on a
@@ -32,8 +38,14 @@ def measure_ceilings(device: str = "cpu", copy_mb: float | None = None, matmul_n
         raise ValueError("measure_ceilings('cuda') needs a CUDA GPU")
     copy_mb = copy_mb or (1024.0 if device == "cuda" else 256.0)
     n = matmul_n or (8192 if device == "cuda" else 2048)
-    out = {"device": device, "machine": machine_name(device), "copy_mb": copy_mb, "cache_copy_mb": cache_copy_mb,
-           "matmul_n": n, "matmul_tflops": {}}
+    out = {
+        "device": device,
+        "machine": machine_name(device),
+        "copy_mb": copy_mb,
+        "cache_copy_mb": cache_copy_mb,
+        "matmul_n": n,
+        "matmul_tflops": {},
+    }
 
     def copy_rate(mb):
         src = torch.rand(int(mb * 2**20 // 4), device=device)

@@ -6,6 +6,7 @@ Every timing the course prints or records is titled with :func:`machine_name` (o
 :func:`physical_cores` threads and print :func:`host_load` beside their times. Results folders are
 named by :func:`machine_slug`; result headers carry :func:`git_commit`.
 """
+
 from __future__ import annotations
 
 import os
@@ -74,8 +75,7 @@ def physical_cores() -> int:
         pass
     if not n:
         try:
-            out = subprocess.run(["lscpu", "-p=CPU,CORE,SOCKET"], capture_output=True, text=True,
-                                 timeout=10).stdout
+            out = subprocess.run(["lscpu", "-p=CPU,CORE,SOCKET"], capture_output=True, text=True, timeout=10).stdout
             rows = [line.split(",") for line in out.splitlines() if line and not line.startswith("#")]
             n = len({(r[2], r[1]) for r in rows if allowed is None or int(r[0]) in allowed})
         except (OSError, ValueError, IndexError, subprocess.SubprocessError):
@@ -123,6 +123,7 @@ def git_commit() -> tuple[str | None, bool | None]:
     """HEAD's hash and whether tracked files differ from it; where the tree is a copy without git
     history (a remote GPU machine), ``$QUANTGEMM_GIT_COMMIT`` names the commit instead (and wins
     when set: such a copy may carry a stale .git)."""
+
     def git(*args):
         return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=10)
 

@@ -9,6 +9,7 @@ and notebooks index. :func:`write_results` writes ``results-<time>.csv`` (the he
 formats alone, for the records of the GPU measurement and the appendices. :func:`make_header`
 records the machine, date, commit, torch and threads.
 """
+
 from __future__ import annotations
 
 import csv
@@ -46,12 +47,15 @@ class Row:
     median_ms: float | None = _col("median time of one call", None)
     min_ms: float | None = _col("fastest call", None)
     reps: int = _col("timed samples", 0)
-    batch: int = _col("calls per sample: 1 = call by call; R = R back-to-back calls "
-                      "(ggml: R mul_mat nodes in one graph)", 1)
-    timing: str = _col("events (CUDA events around Python calls), cuda-graph (replay of captured calls), "
-                       "perf_counter (CPU), ggml", "")
-    cache: str | None = _col("CUDA: warm (the same weights every call) or cold (rotation over copies >= 4x the L2); "
-                             "n/a on a CPU", None)
+    batch: int = _col(
+        "calls per sample: 1 = call by call; R = R back-to-back calls (ggml: R mul_mat nodes in one graph)", 1
+    )
+    timing: str = _col(
+        "events (CUDA events around Python calls), cuda-graph (replay of captured calls), perf_counter (CPU), ggml", ""
+    )
+    cache: str | None = _col(
+        "CUDA: warm (the same weights every call) or cold (rotation over copies >= 4x the L2); n/a on a CPU", None
+    )
     copies: int = _col("weight copies rotated over (1: warm)", 1)
     tflops: float | None = _col("2*M*N*K / median time / 1e12", None)
     gflops: float | None = _col("the same in GFLOP/s", None)
@@ -95,18 +99,27 @@ def make_header(device: str = "cpu", **extra) -> dict:
     """What produced the numbers: machine, date, git commit, torch, threads (plus ``extra``)."""
     commit, dirty = git_commit()
     now = _dt.datetime.now().astimezone()
-    header = {"tool": "quantgemm_kernels.bench", "machine": machine_name(device),
-              "machine_slug": machine_slug(device), "cpu": cpu_model(),
-              "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
-              "date": now.isoformat(timespec="seconds"), "git_commit": commit, "git_dirty": dirty,
-              "torch": torch.__version__, "cuda": torch.version.cuda, "threads": torch.get_num_threads(),
-              "python": platform.python_version(), "platform": platform.platform(),
-              # other work on the machine slows a CPU run: the load before it started says how much
-              "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-              "timing": "median over samples after warm-up; CUDA events on a GPU, perf_counter on a CPU; "
-                        "our rows: the compiled operator, inputs checked once before timing; a sample is `batch` "
-                        "back-to-back calls, time / batch (batch 1: call by call); "
-                        "llama.cpp rows: test-backend-ops style (one graph of repeated mul_mat nodes, time / repeats)"}
+    header = {
+        "tool": "quantgemm_kernels.bench",
+        "machine": machine_name(device),
+        "machine_slug": machine_slug(device),
+        "cpu": cpu_model(),
+        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+        "date": now.isoformat(timespec="seconds"),
+        "git_commit": commit,
+        "git_dirty": dirty,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        # other work on the machine slows a CPU run: the load before it started says how much
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "timing": "median over samples after warm-up; CUDA events on a GPU, perf_counter on a CPU; "
+        "our rows: the compiled operator, inputs checked once before timing; a sample is `batch` "
+        "back-to-back calls, time / batch (batch 1: call by call); "
+        "llama.cpp rows: test-backend-ops style (one graph of repeated mul_mat nodes, time / repeats)",
+    }
     header.update(extra)
     return header
 
@@ -217,6 +230,8 @@ def cold_warm_table(cold: list[dict], warm: list[dict]) -> str:
     lines = [head, "-" * len(head)]
     for r in cold:
         if r["status"] == "ok" and key(r) in w:
-            lines.append(f"{r['kernel']:26s} {r['M']:5d} {r['N']:4d} {r['K']:6d} {r['median_ms']:10.4g} "
-                         f"{w[key(r)]['median_ms']:10.4g} {r['median_ms'] / w[key(r)]['median_ms']:9.2f}")
+            lines.append(
+                f"{r['kernel']:26s} {r['M']:5d} {r['N']:4d} {r['K']:6d} {r['median_ms']:10.4g} "
+                f"{w[key(r)]['median_ms']:10.4g} {r['median_ms'] / w[key(r)]['median_ms']:9.2f}"
+            )
     return "\n".join(lines)

@@ -7,6 +7,7 @@ made (:func:`entry` for a registered kernel, :func:`ggml_entries` for llama.cpp'
 downstream (how a row is timed, its baseline, its ``source`` column) reads the field, never the
 name. Shapes are (M, N, K) = llama.cpp's (m, n, k): M output features, N tokens, K reduction.
 """
+
 from __future__ import annotations
 
 import dataclasses

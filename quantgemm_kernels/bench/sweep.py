@@ -23,6 +23,7 @@ of every row says which method produced it.
 fit; or cold, call i on weight copy i mod C, the C copies together at least 4x the L2, as a model's
 layers are read. The ``cache`` and ``copies`` columns say which.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -80,13 +81,32 @@ def operator_call(k: Kernel, A: torch.Tensor, Wk: torch.Tensor, include_activati
 def _result(k: Kernel, M: int, N: int, K: int, t: Timing) -> dict:
     flops = 2.0 * M * N * K
     nbytes = bytes_moved(k, M, N, K)
-    return {"kernel": k.name, "device": k.device, "M": M, "N": N, "K": K, "median_ms": t.median_s * 1e3,
-            "min_ms": t.min_s * 1e3, "reps": t.reps, "gflops": flops / t.median_s / 1e9,
-            "tflops": flops / t.median_s / 1e12, "gbps": nbytes / t.median_s / 1e9, "bytes": nbytes}
+    return {
+        "kernel": k.name,
+        "device": k.device,
+        "M": M,
+        "N": N,
+        "K": K,
+        "median_ms": t.median_s * 1e3,
+        "min_ms": t.min_s * 1e3,
+        "reps": t.reps,
+        "gflops": flops / t.median_s / 1e9,
+        "tflops": flops / t.median_s / 1e12,
+        "gbps": nbytes / t.median_s / 1e9,
+        "bytes": nbytes,
+    }
 
 
-def bench_kernel(kernel, M: int, N: int, K: int, warmup: int = 3, reps: int = 10, seed: int = 0,
-                 include_activation_quant: bool = True) -> dict:
+def bench_kernel(
+    kernel,
+    M: int,
+    N: int,
+    K: int,
+    warmup: int = 3,
+    reps: int = 10,
+    seed: int = 0,
+    include_activation_quant: bool = True,
+) -> dict:
     """Time one kernel on one shape (the operator, see :func:`operator_call`). Returns a dict with
     the median time, GFLOP/s and GB/s."""
     from .. import api
@@ -137,12 +157,23 @@ def _estimate_s(k: Kernel, A, Wk, M: int, N: int, K: int, include_activation_qua
 
 def _row_base(k: Entry, M: int, N: int, K: int, include_activation_quant: bool) -> Row:
     ggml = k.side == "llama.cpp"
-    return Row(kernel=k.name, source=k.side, device=k.device, wfmt=k.wfmt, afmt=k.afmt, chapter=k.chapter,
-               M=M, N=N, K=K, bytes=bytes_moved(k, M, N, K),
-               act_quant_timed=k.afmt != "f32" and (include_activation_quant or ggml),
-               batch=1,  # calls per timed sample (1: call by call; >1: test-backend-ops style)
-               cache="warm" if k.device == "cuda" else "n/a", copies=1,
-               timing="ggml" if ggml else "")  # ours: events, cuda-graph or perf_counter, once timed
+    return Row(
+        kernel=k.name,
+        source=k.side,
+        device=k.device,
+        wfmt=k.wfmt,
+        afmt=k.afmt,
+        chapter=k.chapter,
+        M=M,
+        N=N,
+        K=K,
+        bytes=bytes_moved(k, M, N, K),
+        act_quant_timed=k.afmt != "f32" and (include_activation_quant or ggml),
+        batch=1,  # calls per timed sample (1: call by call; >1: test-backend-ops style)
+        cache="warm" if k.device == "cuda" else "n/a",
+        copies=1,
+        timing="ggml" if ggml else "",
+    )  # ours: events, cuda-graph or perf_counter, once timed
 
 
 def _time_ggml(k: Kernel, A, W, M, N, K, warmup, reps):
@@ -172,10 +203,22 @@ def _entries(kernels, ggml: bool, baseline: bool) -> list[Entry]:
     return ks
 
 
-def run_sweep(kernels=None, shapes="small", *, warmup: int = 2, reps: int = 10, max_seconds: float = 1.0,
-              include_activation_quant: bool = True, seed: int = 0, progress: bool = True,
-              baseline: bool = True, ggml: bool = False, batched: bool | None = None,
-              graph: bool = False, cache: str = "warm") -> list[dict]:
+def run_sweep(
+    kernels=None,
+    shapes="small",
+    *,
+    warmup: int = 2,
+    reps: int = 10,
+    max_seconds: float = 1.0,
+    include_activation_quant: bool = True,
+    seed: int = 0,
+    progress: bool = True,
+    baseline: bool = True,
+    ggml: bool = False,
+    batched: bool | None = None,
+    graph: bool = False,
+    cache: str = "warm",
+) -> list[dict]:
     """Time kernels over shapes; one row (a dict, :class:`~.results.Row`'s fields) per (kernel,
     shape), skipped ones included.
 
@@ -211,8 +254,10 @@ def run_sweep(kernels=None, shapes="small", *, warmup: int = 2, reps: int = 10, 
         from .. import llamacpp
 
         info = llamacpp.available()
-        ggml_ok = {"cpu": (info["cpu_backend"], f"ggml CPU backend unavailable: {info['error']}"),
-                   "cuda": (info["cuda_backend"], "this ggml has no CUDA backend (ggml-py built with -DGGML_CUDA=on has)")}
+        ggml_ok = {
+            "cpu": (info["cpu_backend"], f"ggml CPU backend unavailable: {info['error']}"),
+            "cuda": (info["cuda_backend"], "this ggml has no CUDA backend (ggml-py built with -DGGML_CUDA=on has)"),
+        }
     if any(ok for ok, _ in device_ok.values()):
         from .._build import load_extension
 
@@ -286,8 +331,14 @@ def run_sweep(kernels=None, shapes="small", *, warmup: int = 2, reps: int = 10, 
                     per_sample = (est or 0.0) * row.batch
                     n = reps if est is None else min(reps, max(3, int(_REP_BUDGET_S / max(per_sample, 1e-9))))
                     row.timing = "cuda-graph" if use_graph else "events" if k.device == "cuda" else "perf_counter"
-                    t = time_callable(fn, k.device, warmup=warmup if est is None or est < 0.5 else 1, reps=n,
-                                      batch=row.batch, graph=use_graph)
+                    t = time_callable(
+                        fn,
+                        k.device,
+                        warmup=warmup if est is None or est < 0.5 else 1,
+                        reps=n,
+                        batch=row.batch,
+                        graph=use_graph,
+                    )
             except Exception as e:  # noqa: BLE001 - one broken kernel must not end a long sweep
                 row.status, row.reason = "error", f"{type(e).__name__}: {e}".splitlines()[0][:200]
                 if progress:

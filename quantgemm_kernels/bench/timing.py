@@ -7,6 +7,7 @@ without Python's cost per call). :func:`time_samples` returns every sample, for 
 spread; :func:`time_callable` their median. The sweep, the roofline's ceilings, the notebooks and
 the appendices all time through these two functions.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -23,8 +24,15 @@ class Timing:
     reps: int
 
 
-def time_samples(fn, device: str = "cpu", warmup: int = 3, reps: int = 10, min_time_s: float = 0.0,
-                 batch: int = 1, graph: bool = False) -> list[float]:
+def time_samples(
+    fn,
+    device: str = "cpu",
+    warmup: int = 3,
+    reps: int = 10,
+    min_time_s: float = 0.0,
+    batch: int = 1,
+    graph: bool = False,
+) -> list[float]:
     """Every individual time (seconds) of ``fn()``: warm-up calls first, then at least ``reps``
     samples and at least ``min_time_s`` seconds (at most 10,000); CUDA events on a GPU,
     perf_counter on a CPU. With ``batch`` > 1 a sample is ``batch`` back-to-back calls, and its
@@ -71,8 +79,15 @@ def time_samples(fn, device: str = "cpu", warmup: int = 3, reps: int = 10, min_t
     return times
 
 
-def time_callable(fn, device: str = "cpu", warmup: int = 3, reps: int = 10, min_time_s: float = 0.0,
-                  batch: int = 1, graph: bool = False) -> Timing:
+def time_callable(
+    fn,
+    device: str = "cpu",
+    warmup: int = 3,
+    reps: int = 10,
+    min_time_s: float = 0.0,
+    batch: int = 1,
+    graph: bool = False,
+) -> Timing:
     """Median time of ``fn()``. Repeats at least ``reps`` times and until ``min_time_s`` has passed
     (``batch``, ``graph``: see :func:`time_samples`)."""
     times = time_samples(fn, device, warmup, reps, min_time_s, batch, graph)

@@ -34,7 +34,11 @@ namespace {
 // qg_str, QG_CHECK and check_launch come from check.h (no iostreams in error messages: see there).
 
 // The formats, from formats.def: name, id, values and bytes per block.
-struct FormatInfo { const char* name; QgFormat fmt; int64_t block_values, block_bytes; };
+struct FormatInfo {
+    const char* name;
+    QgFormat fmt;
+    int64_t block_values, block_bytes;
+};
 const FormatInfo FORMATS[] = {
 #define QG_FORMAT(name, id, block, qk) {#name, id, qk, (int64_t)sizeof(block)},
 #include "formats.def"
@@ -48,12 +52,14 @@ std::string format_names() {
 }
 
 const FormatInfo& format_info(const std::string& fmt) {
-    for (const auto& f : FORMATS) if (fmt == f.name) return f;
+    for (const auto& f : FORMATS)
+        if (fmt == f.name) return f;
     throw std::runtime_error(qg_str("unknown format '", fmt, "': expected one of ", format_names()));
 }
 
 const FormatInfo* format_info(QgFormat fmt) {
-    for (const auto& f : FORMATS) if (fmt == f.fmt) return &f;
+    for (const auto& f : FORMATS)
+        if (fmt == f.fmt) return &f;
     return nullptr;
 }
 
@@ -62,15 +68,16 @@ void check_float_rows(const at::Tensor& x, const char* what, int64_t block_value
     QG_CHECK(x.dim() == 2, what, " must be 2-D [rows, K], got ", x.dim(), "-D");
     QG_CHECK(x.is_contiguous(), what, " must be contiguous (call .contiguous())");
     QG_CHECK(x.size(1) > 0 && x.size(1) % block_values == 0, what, ": K (", x.size(1),
-                      ") must be a positive multiple of ", block_values);
+             ") must be a positive multiple of ", block_values);
 }
 
 void check_block_rows(const at::Tensor& q, const FormatInfo& f, const char* what) {
     QG_CHECK(q.scalar_type() == at::kByte, what, " must be uint8 blocks, got ", q.scalar_type());
-    QG_CHECK(q.dim() == 2, what, " must be 2-D [rows, K/", f.block_values, "*", f.block_bytes, "], got ", q.dim(), "-D");
+    QG_CHECK(q.dim() == 2, what, " must be 2-D [rows, K/", f.block_values, "*", f.block_bytes, "], got ", q.dim(),
+             "-D");
     QG_CHECK(q.is_contiguous(), what, " must be contiguous");
     QG_CHECK(q.size(1) > 0 && q.size(1) % f.block_bytes == 0, what, ": row of ", q.size(1),
-                      " bytes is not a whole number of ", f.name, " blocks (", f.block_bytes, " B)");
+             " bytes is not a whole number of ", f.name, " blocks (", f.block_bytes, " B)");
 }
 
 // ---------------------------------------------------------------- quantize / dequantize
@@ -89,7 +96,7 @@ at::Tensor quantize_cpu(const at::Tensor& x, c10::string_view fmt_sv, int64_t su
         void* ys = qp + r0 * row_bytes;
         switch (f.fmt) {
 #define QG_FORMAT(name, id, block, qk) \
-            case id: quantize_rows_##name(xs, (block*)ys, r1 - r0, K, (int)sum_mode); break;
+    case id: quantize_rows_##name(xs, (block*)ys, r1 - r0, K, (int)sum_mode); break;
 #include "formats.def"
 #undef QG_FORMAT
             default: break;
@@ -108,7 +115,7 @@ at::Tensor dequantize_cpu(const at::Tensor& q, c10::string_view fmt_sv) {
     float* yp = y.data_ptr<float>();
     switch (f.fmt) {
 #define QG_FORMAT(name, id, block, qk) \
-        case id: dequantize_rows_##name((const block*)qp, yp, rows, K); break;
+    case id: dequantize_rows_##name((const block*)qp, yp, rows, K); break;
 #include "formats.def"
 #undef QG_FORMAT
         default: break;
@@ -117,7 +124,9 @@ at::Tensor dequantize_cpu(const at::Tensor& q, c10::string_view fmt_sv) {
 }
 
 // ---------------------------------------------------------------- GEMM
-struct KernelFormats { QgFormat w, a; };
+struct KernelFormats {
+    QgFormat w, a;
+};
 
 // Checks A [N, K or K/32 blocks] and W [M, ...] against the kernel's formats; returns K.
 int64_t check_gemm_inputs(const at::Tensor& A, const at::Tensor& W, const KernelFormats& kf) {
@@ -132,8 +141,8 @@ int64_t check_gemm_inputs(const at::Tensor& A, const at::Tensor& W, const Kernel
         QG_CHECK(t.scalar_type() == at::kByte, what, " must be uint8 blocks, got ", t.scalar_type());
         const FormatInfo* fi = format_info(f);
         QG_CHECK(fi != nullptr, what, ": format ", f, " is not in formats.def");
-        QG_CHECK(t.size(1) % fi->block_bytes == 0, what, ": row of ", t.size(1),
-                          " bytes is not a whole number of ", fi->block_bytes, "-byte ", fi->name, " blocks");
+        QG_CHECK(t.size(1) % fi->block_bytes == 0, what, ": row of ", t.size(1), " bytes is not a whole number of ",
+                 fi->block_bytes, "-byte ", fi->name, " blocks");
         return t.size(1) / fi->block_bytes * fi->block_values;
     };
     const int64_t Ka = k_of(A, kf.a, "A"), Kw = k_of(W, kf.w, "W");
@@ -144,7 +153,11 @@ int64_t check_gemm_inputs(const at::Tensor& A, const at::Tensor& W, const Kernel
     return Ka;
 }
 
-struct CpuKernel { const char* name; CpuGemmFn fn; KernelFormats formats; };
+struct CpuKernel {
+    const char* name;
+    CpuGemmFn fn;
+    KernelFormats formats;
+};
 const CpuKernel CPU_KERNELS[] = {
 #define QG_CPU_KERNEL(name, wfmt, afmt) {#name, name, {wfmt, afmt}},
 #include "cpu/kernels.def"
@@ -154,9 +167,11 @@ const CpuKernel CPU_KERNELS[] = {
 at::Tensor gemm_cpu(const at::Tensor& A, const at::Tensor& W, c10::string_view kernel_sv, int64_t sum_mode) {
     const std::string kernel(kernel_sv);
     const CpuKernel* k = nullptr;
-    for (const auto& c : CPU_KERNELS) if (kernel == c.name) k = &c;
+    for (const auto& c : CPU_KERNELS)
+        if (kernel == c.name) k = &c;
     QG_CHECK(k != nullptr, "no CPU kernel named '", kernel, "'");
-    QG_CHECK(sum_mode == Q8_1_S_D_SUM_Q, "kernel '", kernel, "' reads A as given: choose Q8_1's s when "
+    QG_CHECK(sum_mode == Q8_1_S_D_SUM_Q, "kernel '", kernel,
+             "' reads A as given: choose Q8_1's s when "
              "quantizing A (quantize(A, 'q8_1', q8_1_sum=...)), not here");
     const int64_t K = check_gemm_inputs(A, W, k->formats);
     const int64_t N = A.size(0), M = W.size(0);
@@ -173,7 +188,12 @@ at::Tensor gemm_cpu(const at::Tensor& A, const at::Tensor& W, c10::string_view k
 // sum_x: the kernel quantizes A itself and can do it as llama.cpp's CUDA backend does for the same
 // kernel kind (Q8_1_S_SUM_X): the decode kernels as quantize_q8_1 (s = sum(x), which MMVQ reads),
 // the tensor-core kernels as MMQ's quantize_mmq_q8_1 (cuda/kernels.def marks them).
-struct CudaKernel { const char* name; void (*fn)(const GemmProblem&, cudaStream_t); KernelFormats formats; bool sum_x; };
+struct CudaKernel {
+    const char* name;
+    void (*fn)(const GemmProblem&, cudaStream_t);
+    KernelFormats formats;
+    bool sum_x;
+};
 const CudaKernel CUDA_KERNELS[] = {
 #define QG_CUDA_KERNEL(name, wfmt, afmt, sum_x) {#name, name, {wfmt, afmt}, sum_x != 0},
 #include "cuda/kernels.def"
@@ -183,7 +203,7 @@ const CudaKernel CUDA_KERNELS[] = {
 // Vectorised loads want 16-byte aligned rows; torch's allocations are, slices may not be.
 void check_aligned(const at::Tensor& t, const char* what) {
     QG_CHECK(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0, what,
-                      "'s data must start on a 16-byte boundary (a sliced view? pass a .clone())");
+             "'s data must start on a 16-byte boundary (a sliced view? pass a .clone())");
 }
 
 at::Tensor quantize_cuda(const at::Tensor& x, c10::string_view fmt_sv, int64_t sum_mode) {
@@ -199,7 +219,7 @@ at::Tensor quantize_cuda(const at::Tensor& x, c10::string_view fmt_sv, int64_t s
     void* qp = q.data_ptr();
     switch (f.fmt) {
 #define QG_FORMAT(name, id, block, qk) \
-        case id: cuda_quantize_##name(xp, (block*)qp, rows, K, (int)sum_mode, s); break;
+    case id: cuda_quantize_##name(xp, (block*)qp, rows, K, (int)sum_mode, s); break;
 #include "formats.def"
 #undef QG_FORMAT
         default: break;
@@ -223,10 +243,12 @@ at::Tensor dequantize_cuda(const at::Tensor& q, c10::string_view fmt_sv) {
 at::Tensor gemm_cuda(const at::Tensor& A, const at::Tensor& W, c10::string_view kernel_sv, int64_t sum_mode) {
     const std::string kernel(kernel_sv);
     const CudaKernel* k = nullptr;
-    for (const auto& c : CUDA_KERNELS) if (kernel == c.name) k = &c;
+    for (const auto& c : CUDA_KERNELS)
+        if (kernel == c.name) k = &c;
     QG_CHECK(k != nullptr, "no CUDA kernel named '", kernel, "'");
     QG_CHECK(sum_mode == Q8_1_S_D_SUM_Q || sum_mode == Q8_1_S_SUM_X, "bad q8_1 sum mode ", sum_mode);
-    QG_CHECK(sum_mode == Q8_1_S_D_SUM_Q || k->sum_x, "kernel '", kernel, "' has no choice of "
+    QG_CHECK(sum_mode == Q8_1_S_D_SUM_Q || k->sum_x, "kernel '", kernel,
+             "' has no choice of "
              "Q8_1's s (it quantizes A with the reference quantizer, or never reads s)");
     const int64_t K = check_gemm_inputs(A, W, k->formats);
     check_aligned(A, "A");
@@ -253,8 +275,7 @@ at::Tensor gemm_cuda(const at::Tensor& A, const at::Tensor& W, c10::string_view 
 // formats.SPECS.
 std::vector<std::string> format_table() {
     std::vector<std::string> rows;
-    for (const auto& f : FORMATS)
-        rows.push_back(qg_str(f.name, ":", f.block_values, ":", f.block_bytes));
+    for (const auto& f : FORMATS) rows.push_back(qg_str(f.name, ":", f.block_values, ":", f.block_bytes));
     return rows;
 }
 
@@ -262,7 +283,8 @@ std::vector<std::string> format_table() {
 std::vector<std::string> sum_x_kernel_names() {
     std::vector<std::string> names;
 #ifdef WITH_CUDA
-    for (const auto& k : CUDA_KERNELS) if (k.sum_x) names.push_back(k.name);
+    for (const auto& k : CUDA_KERNELS)
+        if (k.sum_x) names.push_back(k.name);
 #endif
     return names;
 }

@@ -32,9 +32,13 @@ inline void qg_append(std::string& s, const c10::Device& v) {
     if (v.has_index()) s += ":" + std::to_string(v.index());
 }
 template <class T, std::enable_if_t<std::is_arithmetic_v<T>, int> = 0>
-inline void qg_append(std::string& s, T v) { s += std::to_string(v); }
+inline void qg_append(std::string& s, T v) {
+    s += std::to_string(v);
+}
 template <class T, std::enable_if_t<std::is_enum_v<T>, int> = 0>
-inline void qg_append(std::string& s, T v) { s += std::to_string(static_cast<long long>(v)); }
+inline void qg_append(std::string& s, T v) {
+    s += std::to_string(static_cast<long long>(v));
+}
 template <class... Args>
 std::string qg_str(const Args&... args) {
     std::string s;
@@ -46,8 +50,10 @@ std::string qg_str(const Args&... args) {
 // layers (api.py, the appendix modules) have already raised a precise TypeError/ValueError for
 // anything a user can pass; these checks guard direct calls of the torch.ops operators before
 // memory is touched.
-#define QG_CHECK(cond, ...) \
-    do { if (!(cond)) throw std::runtime_error(qg_str(__VA_ARGS__)); } while (0)
+#define QG_CHECK(cond, ...)                                         \
+    do {                                                            \
+        if (!(cond)) throw std::runtime_error(qg_str(__VA_ARGS__)); \
+    } while (0)
 
 #ifdef WITH_CUDA
 // A failed launch (bad configuration, or an error left by an earlier kernel) becomes an exception.

@@ -39,13 +39,13 @@ struct block_q4_1 {
     uint8_t qs[QK / 2];  // nibbles, laid out as Q4_0's
 };
 struct block_q8_0 {
-    fp16_bits d;      // scale
-    int8_t qs[QK];    // quants
+    fp16_bits d;    // scale
+    int8_t qs[QK];  // quants
 };
 struct block_q8_1 {
-    fp16_bits d;      // scale
-    fp16_bits s;      // llama.cpp's CPU reference: d * sum(qs); its CUDA quantizer: sum(x)
-    int8_t qs[QK];    // quants
+    fp16_bits d;    // scale
+    fp16_bits s;    // llama.cpp's CPU reference: d * sum(qs); its CUDA quantizer: sum(x)
+    int8_t qs[QK];  // quants
 };
 
 static_assert(sizeof(block_q4_0) == 18, "Q4_0 block must be 18 bytes, as in ggml");
@@ -71,8 +71,16 @@ enum Q8_1SumMode : int {
 };
 
 // ---- fp16 <-> fp32, round to nearest even, the conversion ggml uses (FP16 library algorithm) ----
-QG_HD uint32_t qg_f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
-QG_HD float qg_bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+QG_HD uint32_t qg_f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+QG_HD float qg_bits_f32(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
 
 QG_HD float fp16_to_fp32(fp16_bits h) {
     const uint32_t w = (uint32_t)h << 16;
@@ -85,8 +93,7 @@ QG_HD float fp16_to_fp32(fp16_bits h) {
     const float magic_bias = 0.5f;
     const float denormalized = qg_bits_f32((two_w >> 17) | magic_mask) - magic_bias;
     const uint32_t denormalized_cutoff = 1u << 27;
-    const uint32_t result = sign | (two_w < denormalized_cutoff ? qg_f32_bits(denormalized)
-                                                                : qg_f32_bits(normalized));
+    const uint32_t result = sign | (two_w < denormalized_cutoff ? qg_f32_bits(denormalized) : qg_f32_bits(normalized));
     return qg_bits_f32(result);
 }
 

@@ -47,7 +47,7 @@ typedef void (*CpuGemmFn)(const GemmProblem& p, int m_begin, int m_end);
 // ---- CPU quantizers (cpu/quantize.cpp), one pair per row of formats.def: rows of K floats <->
 // rows of K/qk blocks. `mode` selects a variant of a format's quantizer: for Q8_1, what s holds
 // (Q8_1_S_*); the other formats have one quantizer and ignore it.
-#define QG_FORMAT(name, id, block, qk)                                                   \
+#define QG_FORMAT(name, id, block, qk)                                                      \
     void quantize_rows_##name(const float* x, block* y, int64_t rows, int64_t K, int mode); \
     void dequantize_rows_##name(const block* x, float* y, int64_t rows, int64_t K);
 #include "formats.def"

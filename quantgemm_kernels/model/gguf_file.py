@@ -7,6 +7,7 @@ become a :class:`~quantgemm_kernels.QTensor` without any conversion. ``gguf.GGUF
 own Python package) parses the file; this module only checks what it finds and hands out numpy
 arrays.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -48,13 +49,17 @@ def format_of(type_name: str, tensor_name: str = "") -> str | None:
         return None
     if type_name not in GGML_FORMATS:
         supported = ", ".join((*GGML_FORMATS, *FLOAT_TYPES))
-        raise GGUFModelError(f"{what}has GGML type {type_name}, which this model does not run "
-                             f"(supported: {supported}); requantize the file, e.g. with llama.cpp's "
-                             "llama-quantize to Q4_0 or Q8_0")
+        raise GGUFModelError(
+            f"{what}has GGML type {type_name}, which this model does not run "
+            f"(supported: {supported}); requantize the file, e.g. with llama.cpp's "
+            "llama-quantize to Q4_0 or Q8_0"
+        )
     fmt = GGML_FORMATS[type_name]
     if fmt not in F.SPECS:
-        raise GGUFModelError(f"{what}is {type_name}, but this version of quantgemm_kernels has no {fmt} "
-                             f"format or kernels (it has {', '.join(F.FORMATS)})")
+        raise GGUFModelError(
+            f"{what}is {type_name}, but this version of quantgemm_kernels has no {fmt} "
+            f"format or kernels (it has {', '.join(F.FORMATS)})"
+        )
     return fmt
 
 
@@ -152,8 +157,9 @@ def read_llama(path) -> LlamaFile:
     for t in reader.tensors:
         type_name = t.tensor_type.name
         if t.name == "rope_freqs.weight":
-            raise GGUFModelError(f"{path}: per-frequency RoPE factors (rope_freqs.weight, Llama 3.1 style) "
-                                 "are not supported")
+            raise GGUFModelError(
+                f"{path}: per-frequency RoPE factors (rope_freqs.weight, Llama 3.1 style) are not supported"
+            )
         fmt = format_of(type_name, t.name)
         shape = tuple(int(s) for s in reversed(t.shape))  # GGUF lists ne0 (K) first
         tensors[t.name] = GGUFTensor(t.name, type_name, fmt, t.data, shape)
@@ -166,36 +172,50 @@ def read_llama(path) -> LlamaFile:
     if vocab != emb.shape[0]:
         raise GGUFModelError(f"{path}: llama.vocab_size {vocab} but token_embd.weight has {emb.shape[0]} rows")
     config = LlamaConfig(
-        n_layers=n_layers, dim=dim, ffn_dim=int(req("llama.feed_forward_length")), n_heads=n_heads,
-        n_kv_heads=n_kv, head_dim=head_dim, vocab_size=vocab,
+        n_layers=n_layers,
+        dim=dim,
+        ffn_dim=int(req("llama.feed_forward_length")),
+        n_heads=n_heads,
+        n_kv_heads=n_kv,
+        head_dim=head_dim,
+        vocab_size=vocab,
         context_length=int(_field(reader, "llama.context_length", 2048)),
         rms_eps=float(_field(reader, "llama.attention.layer_norm_rms_epsilon", 1e-5)),
         rope_base=float(_field(reader, "llama.rope.freq_base", 10000.0)),
         n_rot=int(_field(reader, "llama.rope.dimension_count", head_dim)),
-        rope_freq_scale=freq_scale, name=str(_field(reader, "general.name", "") or ""),
+        rope_freq_scale=freq_scale,
+        name=str(_field(reader, "general.name", "") or ""),
     )
     if config.n_rot > head_dim or config.n_rot % 2:
-        raise GGUFModelError(f"{path}: llama.rope.dimension_count {config.n_rot} must be even and at most "
-                             f"the head size {head_dim}")
+        raise GGUFModelError(
+            f"{path}: llama.rope.dimension_count {config.n_rot} must be even and at most the head size {head_dim}"
+        )
 
     expected = {"token_embd.weight": (vocab, dim), "output_norm.weight": (dim,)}
     for i in range(n_layers):
         p = f"blk.{i}."
-        expected.update({
-            p + "attn_norm.weight": (dim,), p + "ffn_norm.weight": (dim,),
-            p + "attn_q.weight": (n_heads * head_dim, dim), p + "attn_k.weight": (n_kv * head_dim, dim),
-            p + "attn_v.weight": (n_kv * head_dim, dim), p + "attn_output.weight": (dim, n_heads * head_dim),
-            p + "ffn_gate.weight": (config.ffn_dim, dim), p + "ffn_up.weight": (config.ffn_dim, dim),
-            p + "ffn_down.weight": (dim, config.ffn_dim),
-        })
+        expected.update(
+            {
+                p + "attn_norm.weight": (dim,),
+                p + "ffn_norm.weight": (dim,),
+                p + "attn_q.weight": (n_heads * head_dim, dim),
+                p + "attn_k.weight": (n_kv * head_dim, dim),
+                p + "attn_v.weight": (n_kv * head_dim, dim),
+                p + "attn_output.weight": (dim, n_heads * head_dim),
+                p + "ffn_gate.weight": (config.ffn_dim, dim),
+                p + "ffn_up.weight": (config.ffn_dim, dim),
+                p + "ffn_down.weight": (dim, config.ffn_dim),
+            }
+        )
     if "output.weight" in tensors:
         expected["output.weight"] = (vocab, dim)
     for name, shape in expected.items():
         if name not in tensors:
             raise GGUFModelError(f"{path}: missing tensor {name!r}")
         if tensors[name].shape != shape:
-            raise GGUFModelError(f"{path}: tensor {name!r} has shape {list(tensors[name].shape)}, "
-                                 f"expected {list(shape)}")
+            raise GGUFModelError(
+                f"{path}: tensor {name!r} has shape {list(tensors[name].shape)}, expected {list(shape)}"
+            )
         if len(shape) == 1 and tensors[name].fmt is not None:
             raise GGUFModelError(f"{path}: tensor {name!r} is {tensors[name].type_name}; norms must be F32 or F16")
 

@@ -16,6 +16,7 @@ The linear layers are the only place the kernels appear: the weights stay in the
 (``QTensor``), the activations are quantized to Q8_1 by the kernels, as llama.cpp's mul_mat does.
 Everything else (norms, RoPE, attention, SwiGLU) runs in float32 torch, as it does in ggml.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -249,19 +250,29 @@ class LlamaModel:
         self.layers = []
         for i in range(c.n_layers):
             p = f"blk.{i}."
-            w = {n: _weight(T[p + n + ".weight"], self.device)
-                 for n in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")}
+            w = {
+                n: _weight(T[p + n + ".weight"], self.device)
+                for n in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
+            }
             if fuse:
                 # Q, K, V read the same input: one GEMM over their stacked rows gives the same numbers
                 # (each output row is its own dot product; the activations are quantized once either way)
-                for joined, parts in (("attn_qkv", ("attn_q", "attn_k", "attn_v")), ("ffn_gate_up", ("ffn_gate", "ffn_up"))):
+                for joined, parts in (
+                    ("attn_qkv", ("attn_q", "attn_k", "attn_v")),
+                    ("ffn_gate_up", ("ffn_gate", "ffn_up")),
+                ):
                     cat = _concat_rows([w[n] for n in parts])
                     if cat is not None:
                         for n in parts:
                             del w[n]
                         w[joined] = cat
-            self.layers.append(Layer(_float_tensor(T[p + "attn_norm.weight"], self.device),
-                                     _float_tensor(T[p + "ffn_norm.weight"], self.device), w))
+            self.layers.append(
+                Layer(
+                    _float_tensor(T[p + "attn_norm.weight"], self.device),
+                    _float_tensor(T[p + "ffn_norm.weight"], self.device),
+                    w,
+                )
+            )
         self._cis = torch.empty(0, c.n_rot // 2, dtype=torch.complex64, device=self.device)
         self._profile: TimeBreakdown | None = None
         self.last_stats: GenerationStats | None = None
@@ -293,8 +304,9 @@ class LlamaModel:
 
             self._tokenizer = GGUFTokenizer.from_fields(self._tok_fields)
             if self._tokenizer.vocab_size != self.config.vocab_size:
-                raise GGUFModelError(f"the tokenizer has {self._tokenizer.vocab_size} tokens, "
-                                     f"the model {self.config.vocab_size}")
+                raise GGUFModelError(
+                    f"the tokenizer has {self._tokenizer.vocab_size} tokens, the model {self.config.vocab_size}"
+                )
         return self._tokenizer
 
     @property
@@ -322,8 +334,10 @@ class LlamaModel:
         """``tokens`` as a 1-D int64 tensor on the model's device; clear errors for bad ids."""
         if not isinstance(tokens, torch.Tensor):
             if isinstance(tokens, str):
-                raise TypeError("model(tokens) takes token ids; encode text with model.tokenizer.encode "
-                                "or call model.generate(text, ...)")
+                raise TypeError(
+                    "model(tokens) takes token ids; encode text with model.tokenizer.encode "
+                    "or call model.generate(text, ...)"
+                )
             tokens = torch.as_tensor(list(tokens), dtype=torch.int64)
         if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
             raise TypeError(f"tokens must be integer token ids, got dtype {tokens.dtype}")
@@ -334,8 +348,10 @@ class LlamaModel:
         lo, hi = int(tokens.min()), int(tokens.max())
         if lo < 0 or hi >= self.vocab_size:
             bad = lo if lo < 0 else hi
-            raise ValueError(f"token id {bad} is out of range: the vocabulary has {self.vocab_size} "
-                             f"tokens (ids 0..{self.vocab_size - 1})")
+            raise ValueError(
+                f"token id {bad} is out of range: the vocabulary has {self.vocab_size} "
+                f"tokens (ids 0..{self.vocab_size - 1})"
+            )
         return tokens.to(device=self.device, dtype=torch.int64)
 
     def _rope_angles(self, start: int, T: int) -> torch.Tensor:
@@ -345,7 +361,7 @@ class LlamaModel:
             n = min(max(start + T, 2 * self._cis.shape[0], 256), c.context_length)
             cos, sin = rope_tables(torch.arange(n), c.n_rot, c.rope_base, c.rope_freq_scale)
             self._cis = torch.complex(cos, sin).to(self.device)
-        return self._cis[start:start + T]
+        return self._cis[start : start + T]
 
     def new_cache(self, capacity: int) -> KVCache:
         """An empty KV cache for up to ``capacity`` positions."""
@@ -385,9 +401,9 @@ class LlamaModel:
                 q = rope_cis(q.reshape(T, H, D), cis)
                 k = rope_cis(k.reshape(T, Hkv, D), cis)
             with self._part("attention"):
-                cache.k[i, start:start + T] = k
-                cache.v[i, start:start + T] = v.reshape(T, Hkv, D)
-                a = attention(q, cache.k[i, :start + T], cache.v[i, :start + T], start)
+                cache.k[i, start : start + T] = k
+                cache.v[i, start : start + T] = v.reshape(T, Hkv, D)
+                a = attention(q, cache.k[i, : start + T], cache.v[i, : start + T], start)
             x = x + self._linear(a, "attn_output", w["attn_output"])
             with self._part("norm"):
                 h = rms_norm(x, L.ffn_norm, c.rms_eps)
@@ -426,9 +442,18 @@ class LlamaModel:
             self._profile = old
 
     # --------------------------------------------------------------------------- generation
-    def generate(self, prompt, max_new_tokens: int = 64, greedy: bool = True, *, temperature: float = 1.0,
-                 top_k: int | None = None, seed: int | None = None, stop_at_eos: bool = True,
-                 on_token=None):
+    def generate(
+        self,
+        prompt,
+        max_new_tokens: int = 64,
+        greedy: bool = True,
+        *,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        seed: int | None = None,
+        stop_at_eos: bool = True,
+        on_token=None,
+    ):
         """Continue ``prompt``: text in, text out (the continuation only); token ids in (a 1-D
         LongTensor or a list), the new ids out (a LongTensor).
 
@@ -508,10 +533,14 @@ class LlamaModel:
 
     def __repr__(self):
         c = self.config
-        kinds = sorted({w.fmt if isinstance(w, api.QTensor) else "f32" for L in self.layers for w in L.linears.values()})
-        return (f"LlamaModel({c.name or self.path!r}: {c.n_layers} layers, dim {c.dim}, ffn {c.ffn_dim}, "
-                f"heads {c.n_heads}/{c.n_kv_heads} kv, vocab {c.vocab_size}, weights {'/'.join(kinds)}, "
-                f"{'tied' if self.tied else 'separate'} output, on {self.device})")
+        kinds = sorted(
+            {w.fmt if isinstance(w, api.QTensor) else "f32" for L in self.layers for w in L.linears.values()}
+        )
+        return (
+            f"LlamaModel({c.name or self.path!r}: {c.n_layers} layers, dim {c.dim}, ffn {c.ffn_dim}, "
+            f"heads {c.n_heads}/{c.n_kv_heads} kv, vocab {c.vocab_size}, weights {'/'.join(kinds)}, "
+            f"{'tied' if self.tied else 'separate'} output, on {self.device})"
+        )
 
 
 def load_gguf(path, device="cpu", *, fuse: bool = True) -> LlamaModel:

@@ -11,6 +11,7 @@ words before BPE runs inside each word. The pre-tokenizer matters as much as the
 Tokens the file marks as control (type 3, ``<|im_start|>``) are special tokens: they are matched
 whole in the text, never cut into bytes, as llama.cpp does when it parses special tokens.
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -28,8 +29,10 @@ PRE_TOKENIZERS: dict[str, str] = {
     **{n: _LLAMA3 for n in ("llama3", "llama-v3", "llama-bpe", "falcon3", "smaug-bpe", "dbrx")},
 }
 # llama.cpp's LLAMA3 regex (its case-insensitive contractions spelled out, as llama.cpp does)
-_LLAMA3_SPLIT = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
-                 r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_LLAMA3_SPLIT = (
+    r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 
 CONTROL, USER_DEFINED = 3, 4  # llama.cpp's token types (gguf.TokenType)
 
@@ -43,13 +46,25 @@ class GGUFTokenizer:
     ``apply_chat_template(messages)`` renders the file's ``tokenizer.chat_template`` with jinja2.
     """
 
-    def __init__(self, tokens: Sequence[str], merges: Sequence[str], *, pre: str = "gpt2",
-                 token_types: Sequence[int] | None = None, bos_id: int | None = None, eos_id: int | None = None,
-                 eot_id: int | None = None, add_bos: bool = False, chat_template: str | None = None):
+    def __init__(
+        self,
+        tokens: Sequence[str],
+        merges: Sequence[str],
+        *,
+        pre: str = "gpt2",
+        token_types: Sequence[int] | None = None,
+        bos_id: int | None = None,
+        eos_id: int | None = None,
+        eot_id: int | None = None,
+        add_bos: bool = False,
+        chat_template: str | None = None,
+    ):
         from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
         if pre not in PRE_TOKENIZERS:
-            raise GGUFModelError(f"pre-tokenizer {pre!r} is not supported (supported: {', '.join(sorted(PRE_TOKENIZERS))})")
+            raise GGUFModelError(
+                f"pre-tokenizer {pre!r} is not supported (supported: {', '.join(sorted(PRE_TOKENIZERS))})"
+            )
         self.tokens = list(tokens)
         vocab = {t: i for i, t in enumerate(self.tokens)}
         if len(vocab) != len(self.tokens):
@@ -71,13 +86,14 @@ class GGUFTokenizer:
             from tokenizers import Regex
 
             tok.pre_tokenizer = pre_tokenizers.Sequence(
-                [pre_tokenizers.Split(Regex(_LLAMA3_SPLIT), behavior="isolated"), byte_level])
+                [pre_tokenizers.Split(Regex(_LLAMA3_SPLIT), behavior="isolated"), byte_level]
+            )
         tok.decoder = decoders.ByteLevel()
         types = list(token_types) if token_types is not None else [1] * len(self.tokens)
-        special = [AddedToken(t, special=True, normalized=False)
-                   for t, ty in zip(self.tokens, types) if ty == CONTROL]
-        user = [AddedToken(t, special=False, normalized=False)
-                for t, ty in zip(self.tokens, types) if ty == USER_DEFINED]
+        special = [AddedToken(t, special=True, normalized=False) for t, ty in zip(self.tokens, types) if ty == CONTROL]
+        user = [
+            AddedToken(t, special=False, normalized=False) for t, ty in zip(self.tokens, types) if ty == USER_DEFINED
+        ]
         if special:
             tok.add_special_tokens(special)
         if user:
@@ -96,18 +112,24 @@ class GGUFTokenizer:
         """From a file's ``tokenizer.*`` fields (``LlamaFile.fields``)."""
         model = fields.get("tokenizer.ggml.model")
         if model != "gpt2":
-            raise GGUFModelError(f"tokenizer model {model!r} is not supported (only 'gpt2', byte-level BPE); "
-                                 "the model still runs on token ids")
+            raise GGUFModelError(
+                f"tokenizer model {model!r} is not supported (only 'gpt2', byte-level BPE); "
+                "the model still runs on token ids"
+            )
         for key in ("tokenizer.ggml.tokens", "tokenizer.ggml.merges"):
             if key not in fields:
                 raise GGUFModelError(f"the file has no {key}")
-        return cls(fields["tokenizer.ggml.tokens"], fields["tokenizer.ggml.merges"],
-                   pre=fields.get("tokenizer.ggml.pre", "default"),
-                   token_types=fields.get("tokenizer.ggml.token_type"),
-                   bos_id=fields.get("tokenizer.ggml.bos_token_id"), eos_id=fields.get("tokenizer.ggml.eos_token_id"),
-                   eot_id=fields.get("tokenizer.ggml.eot_token_id"),
-                   add_bos=fields.get("tokenizer.ggml.add_bos_token", False),
-                   chat_template=fields.get("tokenizer.chat_template"))
+        return cls(
+            fields["tokenizer.ggml.tokens"],
+            fields["tokenizer.ggml.merges"],
+            pre=fields.get("tokenizer.ggml.pre", "default"),
+            token_types=fields.get("tokenizer.ggml.token_type"),
+            bos_id=fields.get("tokenizer.ggml.bos_token_id"),
+            eos_id=fields.get("tokenizer.ggml.eos_token_id"),
+            eot_id=fields.get("tokenizer.ggml.eot_token_id"),
+            add_bos=fields.get("tokenizer.ggml.add_bos_token", False),
+            chat_template=fields.get("tokenizer.chat_template"),
+        )
 
     @property
     def vocab_size(self) -> int:
@@ -123,7 +145,7 @@ class GGUFTokenizer:
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {type(text).__name__}")
         ids = self._tok.encode(text, add_special_tokens=False).ids
-        if (self.add_bos if add_bos is None else add_bos):
+        if self.add_bos if add_bos is None else add_bos:
             if self.bos_id is None:
                 raise GGUFModelError("the file asks for a BOS token but names none")
             ids = [self.bos_id, *ids]
@@ -160,5 +182,8 @@ class GGUFTokenizer:
         env.globals["raise_exception"] = raise_exception
         name = lambda i: self.tokens[i] if i is not None else ""  # noqa: E731
         return env.from_string(self.chat_template).render(
-            messages=messages, add_generation_prompt=add_generation_prompt,
-            bos_token=name(self.bos_id), eos_token=name(self.eos_id))
+            messages=messages,
+            add_generation_prompt=add_generation_prompt,
+            bos_token=name(self.bos_id),
+            eos_token=name(self.eos_id),
+        )

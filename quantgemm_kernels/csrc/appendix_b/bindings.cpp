@@ -27,7 +27,8 @@ at::Tensor block_sums_cuda(const at::Tensor& blocks, int64_t mode) {
     QG_CHECK(mode >= QG_MIS_NAIVE_B4 && mode <= QG_MIS_B1, "misaligned_block_sums: mode must be 0, 1 or 2, got ", mode);
     QG_CHECK(blocks.scalar_type() == at::kByte, "blocks must be uint8 Q4_0 bytes, got ", blocks.scalar_type());
     QG_CHECK(blocks.is_contiguous(), "blocks must be contiguous");
-    QG_CHECK(blocks.numel() % 18 == 0, "blocks: ", blocks.numel(), " bytes is not a whole number of 18-byte Q4_0 blocks");
+    QG_CHECK(blocks.numel() % 18 == 0, "blocks: ", blocks.numel(),
+             " bytes is not a whole number of 18-byte Q4_0 blocks");
     // The demonstration needs the array itself aligned, so that the only misalignment left is the
     // one inside the blocks (block 0's quants at base + 2) and mode 0 fails the same way every time.
     QG_CHECK(reinterpret_cast<uintptr_t>(blocks.data_ptr()) % 16 == 0,

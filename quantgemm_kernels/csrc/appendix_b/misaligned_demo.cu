@@ -31,7 +31,7 @@ namespace {
 
 // Sum of the eight nibbles of each of the four bytes of w, accumulated into acc.
 __device__ __forceinline__ int add_nibbles(int w, int acc) {
-    acc = __dp4a(w & 0x0F0F0F0F, 0x01010101, acc);         // low nibbles
+    acc = __dp4a(w & 0x0F0F0F0F, 0x01010101, acc);          // low nibbles
     return __dp4a((w >> 4) & 0x0F0F0F0F, 0x01010101, acc);  // high nibbles
 }
 
@@ -84,8 +84,8 @@ dim3 grid_for(int64_t nb, int threads) {
 
 }  // namespace
 
-void cuda_misaligned_block_sums(const void* blocks, const uint16_t* scales, const uint8_t* quants, float* y,
-                                int64_t nb, int mode, cudaStream_t stream) {
+void cuda_misaligned_block_sums(const void* blocks, const uint16_t* scales, const uint8_t* quants, float* y, int64_t nb,
+                                int mode, cudaStream_t stream) {
     if (nb == 0) return;
     constexpr int threads = 256;
     const dim3 grid = grid_for(nb, threads);

@@ -16,5 +16,5 @@ enum QgMisalignedMode : int {
 // y[b] = sum of the 32 dequantized values of Q4_0 block b = d_b * (sum of nibbles - 8 * 32).
 // Modes 0-2 read `blocks` (nb llama.cpp blocks of 18 bytes); modes 3-4 read `scales` (nb fp16
 // bits) and `quants` (nb * 16 bytes, 16-byte aligned). The other pointers may be null.
-void cuda_misaligned_block_sums(const void* blocks, const uint16_t* scales, const uint8_t* quants, float* y,
-                                int64_t nb, int mode, cudaStream_t stream);
+void cuda_misaligned_block_sums(const void* blocks, const uint16_t* scales, const uint8_t* quants, float* y, int64_t nb,
+                                int mode, cudaStream_t stream);

@@ -29,12 +29,12 @@ namespace qg_conv1d_silu {
 // Checks every input and fills the kernel's problem; q (and z when return_float) are allocated here.
 Conv1dSiluProblem conv1d_silu_problem(const at::Tensor& x, const at::Tensor& w, const at::Tensor& x_scale,
                                       const at::Tensor& w_scale, const std::optional<at::Tensor>& bias,
-                                      double out_scale, bool return_float, bool libm_exp,
-                                      at::Tensor& q, at::Tensor& z) {
+                                      double out_scale, bool return_float, bool libm_exp, at::Tensor& q,
+                                      at::Tensor& z) {
     QG_CHECK(x.scalar_type() == at::kChar && x.dim() == 3, "x must be int8 [batch, channels, time], got ",
              x.scalar_type(), " with ", x.dim(), " dims");
-    QG_CHECK(w.scalar_type() == at::kChar && w.dim() == 2, "w must be int8 [channels, width], got ",
-             w.scalar_type(), " with ", w.dim(), " dims");
+    QG_CHECK(w.scalar_type() == at::kChar && w.dim() == 2, "w must be int8 [channels, width], got ", w.scalar_type(),
+             " with ", w.dim(), " dims");
     const int64_t B = x.size(0), C = x.size(1), T = x.size(2), W = w.size(1);
     QG_CHECK(w.size(0) == C, "w has ", w.size(0), " channels, x has ", C);
     QG_CHECK(W >= 1 && W <= CONV1D_SILU_MAX_WIDTH, "width must be in [1, ", CONV1D_SILU_MAX_WIDTH, "], got ", W);
@@ -55,15 +55,26 @@ Conv1dSiluProblem conv1d_silu_problem(const at::Tensor& x, const at::Tensor& w, 
     QG_CHECK(std::isfinite(out_scale_f) && out_scale_f > 0.0f, "out_scale must be a positive float32, got ", out_scale);
     q = at::empty({B, C, T}, x.options());
     z = at::empty({return_float ? B : 0, C, T}, x.options().dtype(at::kFloat));
-    return Conv1dSiluProblem{x.data_ptr<int8_t>(), w.data_ptr<int8_t>(), x_scale.data_ptr<float>(),
-                             w_scale.data_ptr<float>(), bias ? bias->data_ptr<float>() : nullptr,
-                             q.data_ptr<int8_t>(), return_float ? z.data_ptr<float>() : nullptr, out_scale_f,
-                             x_scale.size(0) != 1, libm_exp, B, C, T, W};
+    return Conv1dSiluProblem{x.data_ptr<int8_t>(),
+                             w.data_ptr<int8_t>(),
+                             x_scale.data_ptr<float>(),
+                             w_scale.data_ptr<float>(),
+                             bias ? bias->data_ptr<float>() : nullptr,
+                             q.data_ptr<int8_t>(),
+                             return_float ? z.data_ptr<float>() : nullptr,
+                             out_scale_f,
+                             x_scale.size(0) != 1,
+                             libm_exp,
+                             B,
+                             C,
+                             T,
+                             W};
 }
 
-std::tuple<at::Tensor, at::Tensor> conv1d_silu_int8_cpu_op(
-        const at::Tensor& x, const at::Tensor& w, const at::Tensor& x_scale, const at::Tensor& w_scale,
-        const std::optional<at::Tensor>& bias, double out_scale, bool return_float, bool libm_exp) {
+std::tuple<at::Tensor, at::Tensor> conv1d_silu_int8_cpu_op(const at::Tensor& x, const at::Tensor& w,
+                                                           const at::Tensor& x_scale, const at::Tensor& w_scale,
+                                                           const std::optional<at::Tensor>& bias, double out_scale,
+                                                           bool return_float, bool libm_exp) {
     at::Tensor q, z;
     const Conv1dSiluProblem p =
         conv1d_silu_problem(x, w, x_scale, w_scale, bias, out_scale, return_float, libm_exp, q, z);
@@ -76,9 +87,10 @@ std::tuple<at::Tensor, at::Tensor> conv1d_silu_int8_cpu_op(
 }
 
 #ifdef WITH_CUDA
-std::tuple<at::Tensor, at::Tensor> conv1d_silu_int8_cuda_op(
-        const at::Tensor& x, const at::Tensor& w, const at::Tensor& x_scale, const at::Tensor& w_scale,
-        const std::optional<at::Tensor>& bias, double out_scale, bool return_float, bool libm_exp) {
+std::tuple<at::Tensor, at::Tensor> conv1d_silu_int8_cuda_op(const at::Tensor& x, const at::Tensor& w,
+                                                            const at::Tensor& x_scale, const at::Tensor& w_scale,
+                                                            const std::optional<at::Tensor>& bias, double out_scale,
+                                                            bool return_float, bool libm_exp) {
     // Before the guard: a CUDAGuard on a CPU device throws a c10::Error (see QG_CHECK's comment).
     QG_CHECK(x.is_cuda(), "x is on ", x.device(), ", but another input is on a CUDA device");
     const c10::cuda::CUDAGuard guard(x.device());
@@ -94,8 +106,9 @@ std::tuple<at::Tensor, at::Tensor> conv1d_silu_int8_cuda_op(
 }  // namespace qg_conv1d_silu
 
 TORCH_LIBRARY(quantgemm_appendix_c, m) {
-    m.def("conv1d_silu_int8(Tensor x, Tensor w, Tensor x_scale, Tensor w_scale, Tensor? bias, float out_scale, "
-          "bool return_float, bool libm_exp) -> (Tensor, Tensor)");
+    m.def(
+        "conv1d_silu_int8(Tensor x, Tensor w, Tensor x_scale, Tensor w_scale, Tensor? bias, float out_scale, "
+        "bool return_float, bool libm_exp) -> (Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(quantgemm_appendix_c, CPU, m) {

@@ -33,16 +33,16 @@
 #endif
 
 struct Conv1dSiluProblem {
-    const int8_t* x;        // [batch, channels, time], contiguous
-    const int8_t* w;        // [channels, width]
-    const float* x_scale;   // [1] (per tensor) or [channels] (per channel)
-    const float* w_scale;   // [channels]
-    const float* bias;      // [channels], or nullptr for no bias
-    int8_t* q;              // out: [batch, channels, time]
-    float* z;               // out: SiLU output before requantization, or nullptr
+    const int8_t* x;       // [batch, channels, time], contiguous
+    const int8_t* w;       // [channels, width]
+    const float* x_scale;  // [1] (per tensor) or [channels] (per channel)
+    const float* w_scale;  // [channels]
+    const float* bias;     // [channels], or nullptr for no bias
+    int8_t* q;             // out: [batch, channels, time]
+    float* z;              // out: SiLU output before requantization, or nullptr
     float out_scale;
     bool x_scale_per_channel;
-    bool libm_exp;          // use the platform's expf instead of exp_portable (not bit-portable)
+    bool libm_exp;  // use the platform's expf instead of exp_portable (not bit-portable)
     int64_t batch, channels, time, width;
 };
 

@@ -26,7 +26,10 @@ void quantize_rows_q4_0(const float* x, block_q4_0* y, int64_t rows, int64_t K, 
         const float* xb = x + i * QK;
         float amax = 0.0f, max = 0.0f;
         for (int j = 0; j < QK; j++) {
-            if (amax < fabsf(xb[j])) { amax = fabsf(xb[j]); max = xb[j]; }
+            if (amax < fabsf(xb[j])) {
+                amax = fabsf(xb[j]);
+                max = xb[j];
+            }
         }
         const float d = max / -8;
         const float id = inverse_scale(d);

@@ -23,7 +23,11 @@ __global__ void quantize_q4_0_kernel(const float* __restrict__ x, block_q4_0* __
         const float oa = __shfl_xor_sync(FULL, best_abs, off);
         const float ov = __shfl_xor_sync(FULL, best, off);
         const int ol = __shfl_xor_sync(FULL, best_lane, off);
-        if (oa > best_abs || (oa == best_abs && ol < best_lane)) { best_abs = oa; best = ov; best_lane = ol; }
+        if (oa > best_abs || (oa == best_abs && ol < best_lane)) {
+            best_abs = oa;
+            best = ov;
+            best_lane = ol;
+        }
     }
     if (best_abs == 0.0f) best = 0.0f;  // C keeps its initial +0.0 when every |x| is 0 (even -0.0)
     const float d = best / -8.0f;
@@ -45,7 +49,10 @@ __device__ __forceinline__ float warp_extreme_first(float v, int lane) {
         const float ov = __shfl_xor_sync(FULL, v, off);
         const int ol = __shfl_xor_sync(FULL, best_lane, off);
         const bool better = MIN ? ov < v : ov > v;
-        if (better || (ov == v && ol < best_lane)) { v = ov; best_lane = ol; }
+        if (better || (ov == v && ol < best_lane)) {
+            v = ov;
+            best_lane = ol;
+        }
     }
     return v;
 }
@@ -63,7 +70,10 @@ __global__ void quantize_q4_1_kernel(const float* __restrict__ x, block_q4_1* __
     const int q_hi = __shfl_down_sync(FULL, q, 16);  // lane j gets element j+16
     block_q4_1* b = y + i / 32;
     if (lane < 16) b->qs[lane] = (uint8_t)(q | (q_hi << 4));
-    if (lane == 0) { b->d = fp32_to_fp16(d); b->m = fp32_to_fp16(vmin); }
+    if (lane == 0) {
+        b->d = fp32_to_fp16(d);
+        b->m = fp32_to_fp16(vmin);
+    }
 }
 
 __global__ void quantize_q8_0_kernel(const float* __restrict__ x, block_q8_0* __restrict__ y, int64_t total) {
@@ -79,7 +89,8 @@ __global__ void quantize_q8_0_kernel(const float* __restrict__ x, block_q8_0* __
     if (lane == 0) b->d = fp32_to_fp16(d);
 }
 
-__global__ void quantize_q8_1_kernel(const float* __restrict__ x, block_q8_1* __restrict__ y, int64_t total, int sum_mode) {
+__global__ void quantize_q8_1_kernel(const float* __restrict__ x, block_q8_1* __restrict__ y, int64_t total,
+                                     int sum_mode) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i - (threadIdx.x % 32) >= total) return;
     const int lane = threadIdx.x % 32;
@@ -98,7 +109,10 @@ __global__ void quantize_q8_1_kernel(const float* __restrict__ x, block_q8_1* __
         s = warp_sum(v);
     }
     b->qs[lane] = q;
-    if (lane == 0) { b->d = fp32_to_fp16(d); b->s = fp32_to_fp16(s); }
+    if (lane == 0) {
+        b->d = fp32_to_fp16(d);
+        b->s = fp32_to_fp16(s);
+    }
 }
 
 __global__ void dequantize_kernel(const uint8_t* __restrict__ x, int fmt, float* __restrict__ y, int64_t total) {

@@ -43,8 +43,8 @@ namespace gpu {
 // [excerpt: weight_formats]
 struct w_q4_0 {
     using block = block_q4_0;
-    static constexpr int offset = 8;              // a stored nibble q means the integer q - 8
-    static constexpr int qs_bytes = QK / 2;       // 16 bytes of nibbles
+    static constexpr int offset = 8;               // a stored nibble q means the integer q - 8
+    static constexpr int qs_bytes = QK / 2;        // 16 bytes of nibbles
     static constexpr int qs_words = qs_bytes / 4;  // 4 words
 
     __device__ __forceinline__ static void pair(const void* qs, int j, int& lo, int& hi) {
@@ -60,9 +60,9 @@ struct w_q4_0 {
 
 struct w_q8_0 {
     using block = block_q8_0;
-    static constexpr int offset = 0;          // quants are already signed
-    static constexpr int qs_bytes = QK;       // 32 bytes
-    static constexpr int qs_words = QK / 4;   // 8 words
+    static constexpr int offset = 0;         // quants are already signed
+    static constexpr int qs_bytes = QK;      // 32 bytes
+    static constexpr int qs_words = QK / 4;  // 8 words
 
     __device__ __forceinline__ static void pair(const void* qs, int j, int& lo, int& hi) {
         lo = ((const int8_t*)qs)[j];           // element j
@@ -71,7 +71,7 @@ struct w_q8_0 {
     __device__ __forceinline__ static void words(const int* v, int i, int& lo, int& hi) {
         lo = v[i];      // elements 4i .. 4i+3
         hi = v[i + 4];  // elements 4i+16 .. 4i+19
-// [end excerpt: weight_formats]
+                        // [end excerpt: weight_formats]
     }
 };
 
@@ -79,14 +79,18 @@ struct w_q8_0 {
 // value = q * d + m. Its quants start at byte 4 of the block (after d and m), not 2.
 struct w_q4_1 {
     using block = block_q4_1;
-    static constexpr int offset = 0;               // nothing subtracted: m_w comes in through s_a
+    static constexpr int offset = 0;  // nothing subtracted: m_w comes in through s_a
     static constexpr int qs_bytes = QK / 2;
     static constexpr int qs_words = qs_bytes / 4;
-    __device__ __forceinline__ static void pair(const void* qs, int j, int& lo, int& hi) { w_q4_0::pair(qs, j, lo, hi); }
+    __device__ __forceinline__ static void pair(const void* qs, int j, int& lo, int& hi) {
+        w_q4_0::pair(qs, j, lo, hi);
+    }
     __device__ __forceinline__ static void words(const int* v, int i, int& lo, int& hi) { w_q4_0::words(v, i, lo, hi); }
 };
-template <class WF> constexpr bool has_min = false;  // whether a block stores a min m after d
-template <> constexpr bool has_min<w_q4_1> = true;
+template <class WF>
+constexpr bool has_min = false;  // whether a block stores a min m after d
+template <>
+constexpr bool has_min<w_q4_1> = true;
 
 // One block's contribution, from the integer dot product and the three scales (and the weight
 // block's min m_w, for formats that have one).
@@ -105,14 +109,21 @@ __device__ __forceinline__ float block_result(float d_w, float d_a, float s_a, i
 }
 
 // The steps of chapter 4, each in 04_w4a8/<n>_<step>.cu. C [N, M] = A (Q8_1) x W (WF)^T on `stream`.
-template <class WF> void gemm_q8_1_naive(const GemmProblem& p, cudaStream_t stream);
-template <class WF> void gemm_q8_1_tiled(const GemmProblem& p, cudaStream_t stream);
-template <class WF> void gemm_q8_1_dp4a(const GemmProblem& p, cudaStream_t stream);
-template <class WF> void gemm_q8_1_tiled_dp4a(const GemmProblem& p, cudaStream_t stream);
-template <class WF> void gemm_q8_1_vec_dp4a(const GemmProblem& p, cudaStream_t stream);
+template <class WF>
+void gemm_q8_1_naive(const GemmProblem& p, cudaStream_t stream);
+template <class WF>
+void gemm_q8_1_tiled(const GemmProblem& p, cudaStream_t stream);
+template <class WF>
+void gemm_q8_1_dp4a(const GemmProblem& p, cudaStream_t stream);
+template <class WF>
+void gemm_q8_1_tiled_dp4a(const GemmProblem& p, cudaStream_t stream);
+template <class WF>
+void gemm_q8_1_vec_dp4a(const GemmProblem& p, cudaStream_t stream);
 // Chapter 6: p.A is float32, quantized inside (QG_F32_AS_Q8_1). The decode and mma steps are
 // templates on a second policy as well, in 06_decode_tensor_cores/decode.cuh and mma_tile.cuh.
-template <class WF> void gemm_q8_1_wgmma(const GemmProblem& p, cudaStream_t stream);
-template <class WF> void gemm_q8_1_wgmma_ws(const GemmProblem& p, cudaStream_t stream);
+template <class WF>
+void gemm_q8_1_wgmma(const GemmProblem& p, cudaStream_t stream);
+template <class WF>
+void gemm_q8_1_wgmma_ws(const GemmProblem& p, cudaStream_t stream);
 
 }  // namespace gpu

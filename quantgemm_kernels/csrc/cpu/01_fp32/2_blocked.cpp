@@ -20,7 +20,8 @@ inline void tile(const float* A, const float* W, float* C, int K, int M, int n0,
         for (int i = 0; i < TN; i++)
             for (int j = 0; j < TM; j++)
                 for (int l = 0; l < LANES; l++)
-                    acc[i][j][l] = fmaf(A[(int64_t)(n0 + i) * K + k + l], W[(int64_t)(m0 + j) * K + k + l], acc[i][j][l]);
+                    acc[i][j][l] =
+                        fmaf(A[(int64_t)(n0 + i) * K + k + l], W[(int64_t)(m0 + j) * K + k + l], acc[i][j][l]);
     }
     for (int i = 0; i < TN; i++) {
         for (int j = 0; j < TM; j++) {

@@ -40,8 +40,7 @@ inline void tile(const float* A, const block_q4_0* W, float* C, int K, int M, in
             const float* a = A + (int64_t)(n0 + i) * K + b * QK;
             for (int j = 0; j < TM; j++)
                 for (int c = 0; c < QK; c += LANES)
-                    for (int l = 0; l < LANES; l++)
-                        acc[i][j][l] = fmaf(a[c + l], w[j][c + l], acc[i][j][l]);
+                    for (int l = 0; l < LANES; l++) acc[i][j][l] = fmaf(a[c + l], w[j][c + l], acc[i][j][l]);
         }
     }
     for (int i = 0; i < TN; i++) {
@@ -49,7 +48,7 @@ inline void tile(const float* A, const block_q4_0* W, float* C, int K, int M, in
             float s = 0.0f;
             for (int l = 0; l < LANES; l++) s += acc[i][j][l];
             C[(int64_t)(n0 + i) * M + m0 + j] = s;
-// [end excerpt: dequantize_and_tile]
+            // [end excerpt: dequantize_and_tile]
         }
     }
 }

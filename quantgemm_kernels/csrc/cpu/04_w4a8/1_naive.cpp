@@ -31,7 +31,7 @@ void gemm_q8_1_naive(const GemmProblem& p, int m_begin, int m_end) {
                 int sumi = 0;
                 for (int j = 0; j < QK; j++) sumi += WF::quant(w[b], j) * a[b].qs[j];
                 acc += block_result<WF>(WF::scales_of(w[b]), fp16_to_fp32(a[b].d), fp16_to_fp32(a[b].s), sumi);
-            // [end excerpt: block_loop]
+                // [end excerpt: block_loop]
             }
             p.C[(int64_t)n * p.M + m] = acc;
         }
@@ -43,16 +43,10 @@ template void gemm_q8_1_naive<w_q8_0>(const GemmProblem&, int, int);
 template void gemm_q8_1_naive<w_q4_1>(const GemmProblem&, int, int);
 
 // [excerpt: launchers]
-void cpu_q4_0_q8_1_naive(const GemmProblem& p, int m_begin, int m_end) {
-    gemm_q8_1_naive<w_q4_0>(p, m_begin, m_end);
-}
+void cpu_q4_0_q8_1_naive(const GemmProblem& p, int m_begin, int m_end) { gemm_q8_1_naive<w_q4_0>(p, m_begin, m_end); }
 
-void cpu_q8_0_q8_1_naive(const GemmProblem& p, int m_begin, int m_end) {
-    gemm_q8_1_naive<w_q8_0>(p, m_begin, m_end);
-}
+void cpu_q8_0_q8_1_naive(const GemmProblem& p, int m_begin, int m_end) { gemm_q8_1_naive<w_q8_0>(p, m_begin, m_end); }
 // [end excerpt: launchers]
 
 // Chapter 7: Q4_1 weights (w_q8_1.h, struct w_q4_1): the same loop, the min added through s_a.
-void cpu_q4_1_q8_1_naive(const GemmProblem& p, int m_begin, int m_end) {
-    gemm_q8_1_naive<w_q4_1>(p, m_begin, m_end);
-}
+void cpu_q4_1_q8_1_naive(const GemmProblem& p, int m_begin, int m_end) { gemm_q8_1_naive<w_q4_1>(p, m_begin, m_end); }

@@ -39,7 +39,7 @@ inline void tile(const block_q8_1* A, const typename WF::block* W, float* C, int
                 int sumi = 0;
                 for (int l = 0; l < QK; l++) sumi += wq[j][l] * a.qs[l];
                 acc[i][j] += block_result<WF>(d_w[j], d_a, s_a, sumi);
-        // [end excerpt: block_loop]
+                // [end excerpt: block_loop]
             }
         }
     }

@@ -66,37 +66,49 @@ inline float hsum(fvec v) {
     return _mm_cvtss_f32(s);
 }
 
-template <class WF> struct simd_w;
-template <> struct simd_w<w_q4_0> {
+template <class WF>
+struct simd_w;
+template <>
+struct simd_w<w_q4_0> {
     // 16 bytes -> 32 nibbles in element order: low halves are elements 0..15, high halves 16..31.
     // The block sits at a 2-byte boundary; x86 unaligned loads do not care. (Q4_1's blocks too.)
-    template <class B> static inline qvec load(const B& b) {
+    template <class B>
+    static inline qvec load(const B& b) {
         const __m128i x = _mm_loadu_si128((const __m128i*)b.qs);
         const __m256i both = _mm256_set_m128i(_mm_srli_epi16(x, 4), x);
         return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
     }
     static inline ivec dot(qvec w, qvec a) { return dot_u8s8(w, a); }  // nibbles are unsigned
 };
-template <> struct simd_w<w_q4_1> : simd_w<w_q4_0> {};  // Q4_1's nibbles: Q4_0's layout, unsigned
-template <> struct simd_w<w_q8_0> {
+template <>
+struct simd_w<w_q4_1> : simd_w<w_q4_0> {};  // Q4_1's nibbles: Q4_0's layout, unsigned
+template <>
+struct simd_w<w_q8_0> {
     static inline qvec load(const block_q8_0& b) { return _mm256_loadu_si256((const __m256i*)b.qs); }
     // w * a = |w| * (a * sign(w)): the unsigned operand is |w|, the sign moves to a.
     static inline ivec dot(qvec w, qvec a) { return dot_u8s8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w)); }
-// [end excerpt: dot_u8s8]
+    // [end excerpt: dot_u8s8]
 };
 
 #else  // portable: one int per block, what the instructions above compute
-struct qvec { int8_t q[QK]; };
+struct qvec {
+    int8_t q[QK];
+};
 typedef int ivec;
 typedef float fvec;
 
-inline qvec load_q8_1(const block_q8_1& a) { qvec v; memcpy(v.q, a.qs, QK); return v; }
+inline qvec load_q8_1(const block_q8_1& a) {
+    qvec v;
+    memcpy(v.q, a.qs, QK);
+    return v;
+}
 inline float scale_f32(fp16_bits h) { return fp16_to_fp32(h); }
 inline fvec fzero() { return 0.0f; }
 inline void accumulate(fvec& acc, ivec sumi, float scale) { acc = fmaf((float)sumi, scale, acc); }
 inline float hsum(fvec v) { return v; }
 
-template <class WF> struct simd_w {
+template <class WF>
+struct simd_w {
     static inline qvec load(const typename WF::block& b) {
         qvec v;
         for (int l = 0; l < QK; l++) v.q[l] = (int8_t)WF::quant(b, l);
@@ -136,7 +148,7 @@ inline void tile(const block_q8_1* A, const typename WF::block* W, float* C, int
                 accumulate(acc[i][j], simd_w<WF>::dot(wq[j], aq), d_w[j] * d_a);
                 if constexpr (WF::offset != 0) comp[i][j] += d_w[j] * s_a;
                 if constexpr (WF::has_min) comp[i][j] += m_w[j] * s_a;
-            // [end excerpt: block_loop]
+                // [end excerpt: block_loop]
             }
         }
     }
@@ -174,16 +186,10 @@ template void gemm_q8_1_simd<w_q4_0>(const GemmProblem&, int, int);
 template void gemm_q8_1_simd<w_q8_0>(const GemmProblem&, int, int);
 template void gemm_q8_1_simd<w_q4_1>(const GemmProblem&, int, int);
 
-void cpu_q4_0_q8_1_simd(const GemmProblem& p, int m_begin, int m_end) {
-    gemm_q8_1_simd<w_q4_0>(p, m_begin, m_end);
-}
+void cpu_q4_0_q8_1_simd(const GemmProblem& p, int m_begin, int m_end) { gemm_q8_1_simd<w_q4_0>(p, m_begin, m_end); }
 
-void cpu_q8_0_q8_1_simd(const GemmProblem& p, int m_begin, int m_end) {
-    gemm_q8_1_simd<w_q8_0>(p, m_begin, m_end);
-}
+void cpu_q8_0_q8_1_simd(const GemmProblem& p, int m_begin, int m_end) { gemm_q8_1_simd<w_q8_0>(p, m_begin, m_end); }
 
 // Chapter 7: Q4_1 weights. The nibbles go in as Q4_0's (unsigned), and the min is summed beside the
 // dot products as the compensation is, sum_b m_w * s_a, and added at the end.
-void cpu_q4_1_q8_1_simd(const GemmProblem& p, int m_begin, int m_end) {
-    gemm_q8_1_simd<w_q4_1>(p, m_begin, m_end);
-}
+void cpu_q4_1_q8_1_simd(const GemmProblem& p, int m_begin, int m_end) { gemm_q8_1_simd<w_q4_1>(p, m_begin, m_end); }

@@ -29,7 +29,9 @@ struct w_q4_0 {
     static constexpr bool has_min = false;
     // The stored integer of element j: byte j holds element j (low half) and j + 16 (high half).
     static inline int quant(const block& b, int j) { return j < QK / 2 ? b.qs[j] & 0x0F : b.qs[j - QK / 2] >> 4; }
-    struct scales { float d; };
+    struct scales {
+        float d;
+    };
     static inline scales scales_of(const block& b) { return {fp16_to_fp32(b.d)}; }
 };
 
@@ -39,7 +41,9 @@ struct w_q8_0 {
     static constexpr int offset = 0;  // quants are already signed
     static constexpr bool has_min = false;
     static inline int quant(const block& b, int j) { return b.qs[j]; }
-    struct scales { float d; };
+    struct scales {
+        float d;
+    };
     static inline scales scales_of(const block& b) { return {fp16_to_fp32(b.d)}; }
 };
 
@@ -54,7 +58,7 @@ inline float block_result(const typename WF::scales& w, float d_a, float s_a, in
         return w.d * (d_a * (float)sumi);
     } else {
         return w.d * (d_a * (float)sumi - (float)WF::offset * s_a);  // the compensation
-// [end excerpt: weight_formats]
+                                                                     // [end excerpt: weight_formats]
     }
 }
 // [end excerpt: block_result]
@@ -67,12 +71,17 @@ struct w_q4_1 {
     static constexpr int offset = 0;  // nothing subtracted: m_w is added through s_a instead
     static constexpr bool has_min = true;
     static inline int quant(const block& b, int j) { return j < QK / 2 ? b.qs[j] & 0x0F : b.qs[j - QK / 2] >> 4; }
-    struct scales { float d, m; };
+    struct scales {
+        float d, m;
+    };
     static inline scales scales_of(const block& b) { return {fp16_to_fp32(b.d), fp16_to_fp32(b.m)}; }
 };
 // [end excerpt: w_q4_1]
 
 // The steps of chapter 4. Each computes C columns [m_begin, m_end), as every CPU kernel does.
-template <class WF> void gemm_q8_1_naive(const GemmProblem& p, int m_begin, int m_end);
-template <class WF> void gemm_q8_1_blocked(const GemmProblem& p, int m_begin, int m_end);
-template <class WF> void gemm_q8_1_simd(const GemmProblem& p, int m_begin, int m_end);
+template <class WF>
+void gemm_q8_1_naive(const GemmProblem& p, int m_begin, int m_end);
+template <class WF>
+void gemm_q8_1_blocked(const GemmProblem& p, int m_begin, int m_end);
+template <class WF>
+void gemm_q8_1_simd(const GemmProblem& p, int m_begin, int m_end);

@@ -3,8 +3,8 @@
 // the loads of W are not coalesced, the loads of A are a broadcast. The baseline to beat.
 #include "../launchers.h"
 
-__global__ void f32_naive_kernel(const float* __restrict__ A, const float* __restrict__ W,
-                                 float* __restrict__ C, int N, int M, int K) {
+__global__ void f32_naive_kernel(const float* __restrict__ A, const float* __restrict__ W, float* __restrict__ C, int N,
+                                 int M, int K) {
     const int m = blockIdx.x * blockDim.x + threadIdx.x;
     if (m >= M) return;
     for (int n = blockIdx.y; n < N; n += gridDim.y) {  // gridDim.y is capped at 65535

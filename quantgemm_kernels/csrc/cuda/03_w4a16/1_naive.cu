@@ -16,10 +16,10 @@ __global__ void q4_0_f32_naive_kernel(const float* __restrict__ A, const block_q
                                       float* __restrict__ C, int N, int M, int K) {
     const int m = blockIdx.x * blockDim.x + threadIdx.x;
     if (m >= M) return;
-    const int nb = K / QK;  // blocks per row
+    const int nb = K / QK;                             // blocks per row
     for (int n = blockIdx.y; n < N; n += gridDim.y) {  // gridDim.y is capped at 65535
-        const float* a = A + (int64_t)n * K;        // row n of A: K floats
-        const block_q4_0* w = W + (int64_t)m * nb;  // row m of W: nb blocks
+        const float* a = A + (int64_t)n * K;           // row n of A: K floats
+        const block_q4_0* w = W + (int64_t)m * nb;     // row m of W: nb blocks
         float acc = 0.0f;
         for (int kb = 0; kb < nb; kb++) {
             const float d = scale_to_float(w[kb].d);

@@ -24,10 +24,10 @@ __global__ void q8_1_naive_kernel(const block_q8_1* __restrict__ A, const typena
                                   float* __restrict__ C, int N, int M, int K) {
     const int m = blockIdx.x * blockDim.x + threadIdx.x;
     if (m >= M) return;
-    const int nb = K / QK;  // blocks per row, of A and of W
-    for (int n = blockIdx.y; n < N; n += gridDim.y) {  // gridDim.y is capped at 65535
-        const block_q8_1* a = A + (int64_t)n * nb;            // row n of A
-        const typename WF::block* w = W + (int64_t)m * nb;    // row m of W
+    const int nb = K / QK;                                  // blocks per row, of A and of W
+    for (int n = blockIdx.y; n < N; n += gridDim.y) {       // gridDim.y is capped at 65535
+        const block_q8_1* a = A + (int64_t)n * nb;          // row n of A
+        const typename WF::block* w = W + (int64_t)m * nb;  // row m of W
         float acc = 0.0f;
         // [excerpt: block_loop]
         for (int kb = 0; kb < nb; kb++) {
@@ -39,7 +39,7 @@ __global__ void q8_1_naive_kernel(const block_q8_1* __restrict__ A, const typena
                 sumi += lo * a[kb].qs[j] + hi * a[kb].qs[j + QK / 2];
             }
             acc += block_result<WF>(scale_to_float(w[kb].d), scale_to_float(a[kb].d), scale_to_float(a[kb].s),
-        // [end excerpt: block_loop]
+                                    // [end excerpt: block_loop]
                                     sumi);
         }
         C[(int64_t)n * M + m] = acc;
@@ -50,8 +50,8 @@ template <class WF>
 void gemm_q8_1_naive(const GemmProblem& p, cudaStream_t stream) {
     const dim3 block(128);
     const dim3 grid((p.M + block.x - 1) / block.x, p.N < 65535 ? p.N : 65535);
-    q8_1_naive_kernel<WF><<<grid, block, 0, stream>>>((const block_q8_1*)p.A, (const typename WF::block*)p.W,
-                                                      p.C, p.N, p.M, p.K);
+    q8_1_naive_kernel<WF>
+        <<<grid, block, 0, stream>>>((const block_q8_1*)p.A, (const typename WF::block*)p.W, p.C, p.N, p.M, p.K);
 }
 
 template void gemm_q8_1_naive<w_q4_0>(const GemmProblem&, cudaStream_t);
@@ -59,10 +59,6 @@ template void gemm_q8_1_naive<w_q8_0>(const GemmProblem&, cudaStream_t);
 
 }  // namespace gpu
 
-void cuda_q4_0_q8_1_naive(const GemmProblem& p, cudaStream_t stream) {
-    gpu::gemm_q8_1_naive<gpu::w_q4_0>(p, stream);
-}
+void cuda_q4_0_q8_1_naive(const GemmProblem& p, cudaStream_t stream) { gpu::gemm_q8_1_naive<gpu::w_q4_0>(p, stream); }
 
-void cuda_q8_0_q8_1_naive(const GemmProblem& p, cudaStream_t stream) {
-    gpu::gemm_q8_1_naive<gpu::w_q8_0>(p, stream);
-}
+void cuda_q8_0_q8_1_naive(const GemmProblem& p, cudaStream_t stream) { gpu::gemm_q8_1_naive<gpu::w_q8_0>(p, stream); }

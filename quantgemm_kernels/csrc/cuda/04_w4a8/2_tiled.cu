@@ -32,9 +32,9 @@ constexpr int TILE = 32;
 }
 
 template <class WF>
-__global__ void __launch_bounds__(TILE * TILE, 2)  // 2 blocks per SM: at most 32 registers
-q8_1_tiled_kernel(const block_q8_1* __restrict__ A, const typename WF::block* __restrict__ W,
-                  float* __restrict__ C, int N, int M, int K) {
+__global__ void __launch_bounds__(TILE* TILE, 2)  // 2 blocks per SM: at most 32 registers
+    q8_1_tiled_kernel(const block_q8_1* __restrict__ A, const typename WF::block* __restrict__ W, float* __restrict__ C,
+                      int N, int M, int K) {
     __shared__ int8_t a_qs[TILE][QK];                 // block kb of activation rows n0 .. n0+31
     __shared__ uint8_t w_qs[TILE][WF::qs_bytes + 4];  // block kb of weight rows m0 .. m0+31 (+4: banks)
     __shared__ float a_d[TILE], a_s[TILE], w_d[TILE];
@@ -45,34 +45,34 @@ q8_1_tiled_kernel(const block_q8_1* __restrict__ A, const typename WF::block* __
     // The rows warp ty copies; past the end, row 0 stands in and zeros are stored instead.
     const typename WF::block* w_row = W + (int64_t)(w_ok ? m0 + ty : 0) * nb;
     for (int n0 = blockIdx.y * TILE; n0 < N; n0 += gridDim.y * TILE) {  // gridDim.y is capped
-    const int n = n0 + ty, m = m0 + tx;  // the output this thread owns
-    const bool a_ok = n0 + ty < N;       // tile row ty is a real activation row
-    const block_q8_1* a_row = A + (int64_t)(a_ok ? n0 + ty : 0) * nb;
-    float acc = 0.0f;
-    // [excerpt: tile_loop]
-    for (int kb = 0; kb < nb; kb++) {
-        // warp ty stages row ty of both tiles; lane tx copies quant byte tx, lane 0 the scales
-        a_qs[ty][tx] = a_ok ? a_row[kb].qs[tx] : 0;
-        if (tx < WF::qs_bytes) w_qs[ty][tx] = w_ok ? ((const uint8_t*)w_row[kb].qs)[tx] : 0;
-        if (tx == 0) {
-            a_d[ty] = a_ok ? scale_to_float(a_row[kb].d) : 0.0f;
-            a_s[ty] = a_ok ? scale_to_float(a_row[kb].s) : 0.0f;
-            w_d[ty] = w_ok ? scale_to_float(w_row[kb].d) : 0.0f;
-        }
-        __syncthreads();
-        // thread (ty, tx): activation row ty times weight row tx, one block
-        int sumi = 0;
+        const int n = n0 + ty, m = m0 + tx;                             // the output this thread owns
+        const bool a_ok = n0 + ty < N;                                  // tile row ty is a real activation row
+        const block_q8_1* a_row = A + (int64_t)(a_ok ? n0 + ty : 0) * nb;
+        float acc = 0.0f;
+        // [excerpt: tile_loop]
+        for (int kb = 0; kb < nb; kb++) {
+            // warp ty stages row ty of both tiles; lane tx copies quant byte tx, lane 0 the scales
+            a_qs[ty][tx] = a_ok ? a_row[kb].qs[tx] : 0;
+            if (tx < WF::qs_bytes) w_qs[ty][tx] = w_ok ? ((const uint8_t*)w_row[kb].qs)[tx] : 0;
+            if (tx == 0) {
+                a_d[ty] = a_ok ? scale_to_float(a_row[kb].d) : 0.0f;
+                a_s[ty] = a_ok ? scale_to_float(a_row[kb].s) : 0.0f;
+                w_d[ty] = w_ok ? scale_to_float(w_row[kb].d) : 0.0f;
+            }
+            __syncthreads();
+            // thread (ty, tx): activation row ty times weight row tx, one block
+            int sumi = 0;
 #pragma unroll 8  // fully unrolled, the hoisted byte loads would not fit in 32 registers
-        for (int j = 0; j < QK / 2; j++) {
-            int lo, hi;
-            WF::pair(w_qs[tx], j, lo, hi);  // weight elements j and j + 16
-            sumi += lo * a_qs[ty][j] + hi * a_qs[ty][j + QK / 2];
+            for (int j = 0; j < QK / 2; j++) {
+                int lo, hi;
+                WF::pair(w_qs[tx], j, lo, hi);  // weight elements j and j + 16
+                sumi += lo * a_qs[ty][j] + hi * a_qs[ty][j + QK / 2];
+            }
+            acc += block_result<WF>(w_d[tx], a_d[ty], a_s[ty], sumi);
+            __syncthreads();  // every thread is done with the tiles before the next step overwrites them
+            // [end excerpt: tile_loop]
         }
-        acc += block_result<WF>(w_d[tx], a_d[ty], a_s[ty], sumi);
-        __syncthreads();  // every thread is done with the tiles before the next step overwrites them
-    // [end excerpt: tile_loop]
-    }
-    if (n < N && m < M) C[(int64_t)n * M + m] = acc;
+        if (n < N && m < M) C[(int64_t)n * M + m] = acc;
     }
 }
 
@@ -81,8 +81,8 @@ void gemm_q8_1_tiled(const GemmProblem& p, cudaStream_t stream) {
     const dim3 block(TILE, TILE);
     const int nblocks = (p.N + TILE - 1) / TILE;
     const dim3 grid((p.M + TILE - 1) / TILE, nblocks < 65535 ? nblocks : 65535);
-    q8_1_tiled_kernel<WF><<<grid, block, 0, stream>>>((const block_q8_1*)p.A, (const typename WF::block*)p.W,
-                                                      p.C, p.N, p.M, p.K);
+    q8_1_tiled_kernel<WF>
+        <<<grid, block, 0, stream>>>((const block_q8_1*)p.A, (const typename WF::block*)p.W, p.C, p.N, p.M, p.K);
 }
 
 template void gemm_q8_1_tiled<w_q4_0>(const GemmProblem&, cudaStream_t);
@@ -90,10 +90,6 @@ template void gemm_q8_1_tiled<w_q8_0>(const GemmProblem&, cudaStream_t);
 
 }  // namespace gpu
 
-void cuda_q4_0_q8_1_tiled(const GemmProblem& p, cudaStream_t stream) {
-    gpu::gemm_q8_1_tiled<gpu::w_q4_0>(p, stream);
-}
+void cuda_q4_0_q8_1_tiled(const GemmProblem& p, cudaStream_t stream) { gpu::gemm_q8_1_tiled<gpu::w_q4_0>(p, stream); }
 
-void cuda_q8_0_q8_1_tiled(const GemmProblem& p, cudaStream_t stream) {
-    gpu::gemm_q8_1_tiled<gpu::w_q8_0>(p, stream);
-}
+void cuda_q8_0_q8_1_tiled(const GemmProblem& p, cudaStream_t stream) { gpu::gemm_q8_1_tiled<gpu::w_q8_0>(p, stream); }

@@ -33,10 +33,10 @@ __global__ void q8_1_dp4a_kernel(const block_q8_1* __restrict__ A, const typenam
                                  float* __restrict__ C, int N, int M, int K) {
     const int m = blockIdx.x * blockDim.x + threadIdx.x;
     if (m >= M) return;
-    const int nb = K / QK;  // blocks per row, of A and of W
-    for (int n = blockIdx.y; n < N; n += gridDim.y) {  // gridDim.y is capped at 65535
-        const block_q8_1* a = A + (int64_t)n * nb;            // row n of A
-        const typename WF::block* w = W + (int64_t)m * nb;    // row m of W
+    const int nb = K / QK;                                  // blocks per row, of A and of W
+    for (int n = blockIdx.y; n < N; n += gridDim.y) {       // gridDim.y is capped at 65535
+        const block_q8_1* a = A + (int64_t)n * nb;          // row n of A
+        const typename WF::block* w = W + (int64_t)m * nb;  // row m of W
         float acc = 0.0f;
         for (int kb = 0; kb < nb; kb++) {
             int v[WF::qs_words];  // the weight quants as words: two 16-bit loads each (2-byte aligned)
@@ -46,12 +46,11 @@ __global__ void q8_1_dp4a_kernel(const block_q8_1* __restrict__ A, const typenam
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 int lo, hi;
-                WF::words(v, i, lo, hi);  // weight elements 4i..4i+3 and 4i+16..4i+19
+                WF::words(v, i, lo, hi);                                // weight elements 4i..4i+3 and 4i+16..4i+19
                 sumi = __dp4a(lo, load_int_b4(a[kb].qs, i), sumi);      // x activation elements 4i..4i+3
                 sumi = __dp4a(hi, load_int_b4(a[kb].qs, i + 4), sumi);  // x activation elements 4i+16..4i+19
             }
-            acc += block_result<WF>(scale_to_float(w[kb].d), scale_to_float(a[kb].d), scale_to_float(a[kb].s),
-                                    sumi);
+            acc += block_result<WF>(scale_to_float(w[kb].d), scale_to_float(a[kb].d), scale_to_float(a[kb].s), sumi);
         }
         C[(int64_t)n * M + m] = acc;
     }
@@ -61,8 +60,8 @@ template <class WF>
 void gemm_q8_1_dp4a(const GemmProblem& p, cudaStream_t stream) {
     const dim3 block(128);
     const dim3 grid((p.M + block.x - 1) / block.x, p.N < 65535 ? p.N : 65535);
-    q8_1_dp4a_kernel<WF><<<grid, block, 0, stream>>>((const block_q8_1*)p.A, (const typename WF::block*)p.W,
-                                                     p.C, p.N, p.M, p.K);
+    q8_1_dp4a_kernel<WF>
+        <<<grid, block, 0, stream>>>((const block_q8_1*)p.A, (const typename WF::block*)p.W, p.C, p.N, p.M, p.K);
 }
 
 template void gemm_q8_1_dp4a<w_q4_0>(const GemmProblem&, cudaStream_t);
@@ -70,10 +69,6 @@ template void gemm_q8_1_dp4a<w_q8_0>(const GemmProblem&, cudaStream_t);
 
 }  // namespace gpu
 
-void cuda_q4_0_q8_1_dp4a(const GemmProblem& p, cudaStream_t stream) {
-    gpu::gemm_q8_1_dp4a<gpu::w_q4_0>(p, stream);
-}
+void cuda_q4_0_q8_1_dp4a(const GemmProblem& p, cudaStream_t stream) { gpu::gemm_q8_1_dp4a<gpu::w_q4_0>(p, stream); }
 
-void cuda_q8_0_q8_1_dp4a(const GemmProblem& p, cudaStream_t stream) {
-    gpu::gemm_q8_1_dp4a<gpu::w_q8_0>(p, stream);
-}
+void cuda_q8_0_q8_1_dp4a(const GemmProblem& p, cudaStream_t stream) { gpu::gemm_q8_1_dp4a<gpu::w_q8_0>(p, stream); }

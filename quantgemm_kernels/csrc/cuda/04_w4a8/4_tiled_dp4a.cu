@@ -28,9 +28,9 @@ constexpr int TILE = 32;
 }
 
 template <class WF>
-__global__ void __launch_bounds__(TILE * TILE, 2)  // 2 blocks per SM: at most 32 registers
-q8_1_tiled_dp4a_kernel(const block_q8_1* __restrict__ A, const typename WF::block* __restrict__ W,
-                       float* __restrict__ C, int N, int M, int K) {
+__global__ void __launch_bounds__(TILE* TILE, 2)  // 2 blocks per SM: at most 32 registers
+    q8_1_tiled_dp4a_kernel(const block_q8_1* __restrict__ A, const typename WF::block* __restrict__ W,
+                           float* __restrict__ C, int N, int M, int K) {
     __shared__ int a_qs[TILE][QK / 4];            // block kb of activation rows n0 .. n0+31, as words
     __shared__ int w_qs[TILE][WF::qs_words + 1];  // block kb of weight rows m0 .. m0+31 (+1: banks)
     __shared__ float a_d[TILE], a_s[TILE], w_d[TILE];
@@ -41,33 +41,33 @@ q8_1_tiled_dp4a_kernel(const block_q8_1* __restrict__ A, const typename WF::bloc
     // The rows warp ty copies; past the end, row 0 stands in and zeros are stored instead.
     const typename WF::block* w_row = W + (int64_t)(w_ok ? m0 + ty : 0) * nb;
     for (int n0 = blockIdx.y * TILE; n0 < N; n0 += gridDim.y * TILE) {  // gridDim.y is capped
-    const int n = n0 + ty, m = m0 + tx;  // the output this thread owns
-    const bool a_ok = n0 + ty < N;       // tile row ty is a real activation row
-    const block_q8_1* a_row = A + (int64_t)(a_ok ? n0 + ty : 0) * nb;
-    float acc = 0.0f;
-    for (int kb = 0; kb < nb; kb++) {
-        // warp ty stages row ty of both tiles; lane tx copies quant byte tx, lane 0 the scales
-        ((int8_t*)a_qs[ty])[tx] = a_ok ? a_row[kb].qs[tx] : 0;
-        if (tx < WF::qs_bytes) ((uint8_t*)w_qs[ty])[tx] = w_ok ? ((const uint8_t*)w_row[kb].qs)[tx] : 0;
-        if (tx == 0) {
-            a_d[ty] = a_ok ? scale_to_float(a_row[kb].d) : 0.0f;
-            a_s[ty] = a_ok ? scale_to_float(a_row[kb].s) : 0.0f;
-            w_d[ty] = w_ok ? scale_to_float(w_row[kb].d) : 0.0f;
-        }
-        __syncthreads();
-        // thread (ty, tx): activation row ty times weight row tx, one block
-        int sumi = 0;
+        const int n = n0 + ty, m = m0 + tx;                             // the output this thread owns
+        const bool a_ok = n0 + ty < N;                                  // tile row ty is a real activation row
+        const block_q8_1* a_row = A + (int64_t)(a_ok ? n0 + ty : 0) * nb;
+        float acc = 0.0f;
+        for (int kb = 0; kb < nb; kb++) {
+            // warp ty stages row ty of both tiles; lane tx copies quant byte tx, lane 0 the scales
+            ((int8_t*)a_qs[ty])[tx] = a_ok ? a_row[kb].qs[tx] : 0;
+            if (tx < WF::qs_bytes) ((uint8_t*)w_qs[ty])[tx] = w_ok ? ((const uint8_t*)w_row[kb].qs)[tx] : 0;
+            if (tx == 0) {
+                a_d[ty] = a_ok ? scale_to_float(a_row[kb].d) : 0.0f;
+                a_s[ty] = a_ok ? scale_to_float(a_row[kb].s) : 0.0f;
+                w_d[ty] = w_ok ? scale_to_float(w_row[kb].d) : 0.0f;
+            }
+            __syncthreads();
+            // thread (ty, tx): activation row ty times weight row tx, one block
+            int sumi = 0;
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            int lo, hi;
-            WF::words(w_qs[tx], i, lo, hi);  // weight elements 4i..4i+3 and 4i+16..4i+19
-            sumi = __dp4a(lo, a_qs[ty][i], sumi);      // x activation elements 4i..4i+3
-            sumi = __dp4a(hi, a_qs[ty][i + 4], sumi);  // x activation elements 4i+16..4i+19
+            for (int i = 0; i < 4; i++) {
+                int lo, hi;
+                WF::words(w_qs[tx], i, lo, hi);            // weight elements 4i..4i+3 and 4i+16..4i+19
+                sumi = __dp4a(lo, a_qs[ty][i], sumi);      // x activation elements 4i..4i+3
+                sumi = __dp4a(hi, a_qs[ty][i + 4], sumi);  // x activation elements 4i+16..4i+19
+            }
+            acc += block_result<WF>(w_d[tx], a_d[ty], a_s[ty], sumi);
+            __syncthreads();  // every thread is done with the tiles before the next step overwrites them
         }
-        acc += block_result<WF>(w_d[tx], a_d[ty], a_s[ty], sumi);
-        __syncthreads();  // every thread is done with the tiles before the next step overwrites them
-    }
-    if (n < N && m < M) C[(int64_t)n * M + m] = acc;
+        if (n < N && m < M) C[(int64_t)n * M + m] = acc;
     }
 }
 
@@ -76,8 +76,8 @@ void gemm_q8_1_tiled_dp4a(const GemmProblem& p, cudaStream_t stream) {
     const dim3 block(TILE, TILE);
     const int nblocks = (p.N + TILE - 1) / TILE;
     const dim3 grid((p.M + TILE - 1) / TILE, nblocks < 65535 ? nblocks : 65535);
-    q8_1_tiled_dp4a_kernel<WF><<<grid, block, 0, stream>>>((const block_q8_1*)p.A, (const typename WF::block*)p.W,
-                                                           p.C, p.N, p.M, p.K);
+    q8_1_tiled_dp4a_kernel<WF>
+        <<<grid, block, 0, stream>>>((const block_q8_1*)p.A, (const typename WF::block*)p.W, p.C, p.N, p.M, p.K);
 }
 
 template void gemm_q8_1_tiled_dp4a<w_q4_0>(const GemmProblem&, cudaStream_t);

@@ -36,7 +36,10 @@ struct FusedActs {
 #pragma unroll
                     for (int j = 0; j < QK / 4; j++) {
                         const float4 v = in[j];
-                        x[h][4 * j] = v.x; x[h][4 * j + 1] = v.y; x[h][4 * j + 2] = v.z; x[h][4 * j + 3] = v.w;
+                        x[h][4 * j] = v.x;
+                        x[h][4 * j + 1] = v.y;
+                        x[h][4 * j + 2] = v.z;
+                        x[h][4 * j + 3] = v.w;
                     }
                 }
             }

@@ -45,11 +45,16 @@ __global__ void quantize_image_kernel(const float* __restrict__ A, int4* __restr
 #pragma unroll
         for (int j = 0; j < QK / 4; j++) {
             const float4 v = in[j];
-            x[4 * j] = v.x; x[4 * j + 1] = v.y; x[4 * j + 2] = v.z; x[4 * j + 3] = v.w;
+            x[4 * j] = v.x;
+            x[4 * j + 1] = v.y;
+            x[4 * j + 2] = v.z;
+            x[4 * j + 3] = v.w;
         }
         fp16_bits d16, s16;
-        if (sum_mode == Q8_1_S_SUM_X) quantize_q8_1_thread_sum_x(x, qw, d16, s16);  // ggml-cuda's bytes
-        else quantize_q8_1_thread(x, qw, d16, s16);                                 // the reference's
+        if (sum_mode == Q8_1_S_SUM_X)
+            quantize_q8_1_thread_sum_x(x, qw, d16, s16);  // ggml-cuda's bytes
+        else
+            quantize_q8_1_thread(x, qw, d16, s16);  // the reference's
         dsv = make_float2(scale_to_float(d16), scale_to_float(s16));
     }
     int4* q = qs + tu * A_UNIT_VECS + 2 * slot;
@@ -93,8 +98,8 @@ struct ImageActs {
     static void prepare(const GemmProblem& p, int4* img_qs, float2* img_ds, int nb_total, int nu_total,
                         cudaStream_t stream) {
         const int64_t threads = (int64_t)p.N * nu_total * UNIT;
-        quantize_image_kernel<<<(unsigned)((threads + 63) / 64), 64, 0, stream>>>((const float*)p.A, img_qs, img_ds, p.N,
-                                                                                 nb_total, nu_total, p.q8_1_sum_mode);
+        quantize_image_kernel<<<(unsigned)((threads + 63) / 64), 64, 0, stream>>>(
+            (const float*)p.A, img_qs, img_ds, p.N, nb_total, nu_total, p.q8_1_sum_mode);
     }
 };
 }  // namespace

@@ -48,16 +48,16 @@ constexpr int WM = 64, WN = 32;    // warp tile
 constexpr int THREADS = 256;
 constexpr int MT = WM / 16, NT = WN / 8;  // mma tiles per warp
 static_assert((BM / WM) * (BN / WN) * 32 == THREADS, "8 warps cover the CTA tile");
-constexpr int A_PITCH = KB * QK + 16;      // bytes per token row of activation quants (+16: banks)
-constexpr int A_DS_PITCH = KB + 2;         // float2 per token row of (d, c) (+2: banks, 16-B rows)
+constexpr int A_PITCH = KB * QK + 16;  // bytes per token row of activation quants (+16: banks)
+constexpr int A_DS_PITCH = KB + 2;     // float2 per token row of (d, c) (+2: banks, 16-B rows)
 
 template <class WF>
-struct Tile {  // one K step in shared memory
+struct Tile {                                              // one K step in shared memory
     static constexpr int W_WORDS = KB * WF::qs_words + 4;  // words per weight row (+4: banks)
-    uint32_t w[BM][W_WORDS];           // weight quants, row-major, blocks back to back
-    float wd[KB][BM];                  // weight scales [block][row] (Q4_0: divided by 16)
-    uint8_t a[BN][A_PITCH];            // activation quants [token][byte]
-    float2 ads[BN][A_DS_PITCH];        // activation (d, c = -MMA_MAGIC_F * d) [token][block]
+    uint32_t w[BM][W_WORDS];                               // weight quants, row-major, blocks back to back
+    float wd[KB][BM];                                      // weight scales [block][row] (Q4_0: divided by 16)
+    uint8_t a[BN][A_PITCH];                                // activation quants [token][byte]
+    float2 ads[BN][A_DS_PITCH];                            // activation (d, c = -MMA_MAGIC_F * d) [token][block]
 };
 
 // ---------------------------------------------------------------- the GEMM
@@ -65,10 +65,10 @@ struct Tile {  // one K step in shared memory
 template <class WF>
 // [excerpt: weight_frag]
 __device__ __forceinline__ void weight_frag(const uint32_t* row_words, int t, int& k_lo, int& k_hi) {
-    if constexpr (WF::offset == 8) {  // Q4_0: word t, low nibbles = k 4t.., high = k 16+4t..
+    if constexpr (WF::offset == 8) {               // Q4_0: word t, low nibbles = k 4t.., high = k 16+4t..
         k_lo = (int)q4_0_signed_lo(row_words[t]);  // each byte becomes the int8 16 * (q - 8)
         k_hi = (int)q4_0_signed_hi(row_words[t]);
-// [end excerpt: weight_frag]
+        // [end excerpt: weight_frag]
     } else {  // Q8_0: words t and t + 4
         k_lo = (int)row_words[t];
         k_hi = (int)row_words[t + 4];
@@ -77,12 +77,12 @@ __device__ __forceinline__ void weight_frag(const uint32_t* row_words, int t, in
 
 template <class WF>
 __global__ void __launch_bounds__(THREADS, 1)
-mma_regstage_kernel(const int8_t* __restrict__ aq, const float2* __restrict__ ads, const typename WF::block* __restrict__ W,
-           float* __restrict__ C, int N, int M, int K) {
+    mma_regstage_kernel(const int8_t* __restrict__ aq, const float2* __restrict__ ads,
+                        const typename WF::block* __restrict__ W, float* __restrict__ C, int N, int M, int K) {
     extern __shared__ int4 smem_raw[];
     Tile<WF>* tiles = (Tile<WF>*)smem_raw;  // [2]
     constexpr int B = (int)sizeof(typename WF::block);
-    constexpr int UNIT_VECS = KB * B / 16;  // 9 (Q4_0) or 17 (Q8_0)
+    constexpr int UNIT_VECS = KB * B / 16;                         // 9 (Q4_0) or 17 (Q8_0)
     constexpr float W_SCALE = WF::offset == 8 ? 1.0f / 16 : 1.0f;  // Q4_0's quants enter the mma as 16 * (q - 8)
     const int nb = K / QK;
     const int steps = (nb + KB - 1) / KB;
@@ -93,15 +93,18 @@ mma_regstage_kernel(const int8_t* __restrict__ aq, const float2* __restrict__ ad
     const int wm = (warp % (BM / WM)) * WM, wn = (warp / (BM / WM)) * WN;  // this warp's tile
 
     // ---- staging: threads 0..127 own a weight row, threads 128..255 copy activations
-    uint32_t raw[UNIT_VECS * 4 + 1];  // weight unit in flight (weight threads)
+    uint32_t raw[UNIT_VECS * 4 + 1];        // weight unit in flight (weight threads)
     const int wrow = min(m0 + tid, M - 1);  // rows past M repeat the last (outputs masked)
-    auto load_weights = [&](int step) {  // global -> registers
+    auto load_weights = [&](int step) {     // global -> registers
         if (tid >= BM || !units) return;
         const uint4* src = (const uint4*)(W + (int64_t)wrow * nb + step * KB);
 #pragma unroll
         for (int i = 0; i < UNIT_VECS; i++) {
             const uint4 v = __ldg(src + i);
-            raw[4 * i] = v.x; raw[4 * i + 1] = v.y; raw[4 * i + 2] = v.z; raw[4 * i + 3] = v.w;
+            raw[4 * i] = v.x;
+            raw[4 * i + 1] = v.y;
+            raw[4 * i + 2] = v.z;
+            raw[4 * i + 3] = v.w;
         }
         raw[UNIT_VECS * 4] = 0;
     };
@@ -120,7 +123,8 @@ mma_regstage_kernel(const int8_t* __restrict__ aq, const float2* __restrict__ ad
                 const int kb = step * KB + b;
                 const typename WF::block* blk = W + (int64_t)wrow * nb + kb;
                 tile.wd[b][tid] = kb < nb ? W_SCALE * scale_to_float(blk->d) : 0.0f;
-                for (int j = 0; j < WF::qs_words; j++) dst[b * WF::qs_words + j] = kb < nb ? load_int_b2(blk->qs, j) : 0;
+                for (int j = 0; j < WF::qs_words; j++)
+                    dst[b * WF::qs_words + j] = kb < nb ? load_int_b2(blk->qs, j) : 0;
             }
         }
     };
@@ -201,11 +205,11 @@ mma_regstage_kernel(const int8_t* __restrict__ aq, const float2* __restrict__ ad
                     // [excerpt: magic_mma]
                     mma_s8(d, af[i], bf[j], (int)MMA_MAGIC);
 #pragma unroll
-                    for (int r = 0; r < 4; r++) {  // d[r] holds the float 12582912 + sumi
-                        const float2 a = da[j][r & 1];  // (d_a, -12582912 * d_a)
+                    for (int r = 0; r < 4; r++) {                     // d[r] holds the float 12582912 + sumi
+                        const float2 a = da[j][r & 1];                // (d_a, -12582912 * d_a)
                         const float dot = block_dot(a.x, a.y, d[r]);  // d_a * sumi, one rounding
                         acc[i][j][r] = fmaf(dw[i][r >> 1], dot, acc[i][j][r]);
-                    // [end excerpt: magic_mma]
+                        // [end excerpt: magic_mma]
                     }
                 }
         }
@@ -227,7 +231,8 @@ void gemm_q8_1_mma_regstage(const GemmProblem& p, cudaStream_t stream) {
     cudaFuncSetAttribute(mma_regstage_kernel<WF>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     mma_launch_slices<BN>(p, aq, ads, [&](const int8_t* aq_n, const float2* ads_n, float* C_n, int n) {
         const dim3 grid((p.M + BM - 1) / BM, (n + BN - 1) / BN);
-        mma_regstage_kernel<WF><<<grid, THREADS, smem, stream>>>(aq_n, ads_n, (const typename WF::block*)p.W, C_n, n, p.M, p.K);
+        mma_regstage_kernel<WF>
+            <<<grid, THREADS, smem, stream>>>(aq_n, ads_n, (const typename WF::block*)p.W, C_n, n, p.M, p.K);
     });
 }
 

@@ -28,7 +28,9 @@ namespace {
 // the fragments come by ldmatrix.
 struct Unpacked {
     template <class WF>
-    static constexpr int w_row() { return ROW; }
+    static constexpr int w_row() {
+        return ROW;
+    }
     // One block of a weight row into the tile: its values as int8 and its scale.
     template <class WF, class T>
     __device__ __forceinline__ static void store_block(T& tile, int r, int b, float d, const uint32_t* q) {
@@ -44,8 +46,8 @@ struct Unpacked {
         }
     }
     template <class WF, class T>
-    __device__ __forceinline__ static void load_a(int (&af)[MT][4], const T& cur, unsigned a_addr, unsigned stage, int b,
-                                                  int wm, int g, int t) {
+    __device__ __forceinline__ static void load_a(int (&af)[MT][4], const T& cur, unsigned a_addr, unsigned stage,
+                                                  int b, int wm, int g, int t) {
 #pragma unroll
         for (int i = 0; i < MT; i++) ldsm_x4(af[i], a_addr + stage + i * 16 * ROW + b * QK);
     }
@@ -53,6 +55,10 @@ struct Unpacked {
 }  // namespace
 }  // namespace gpu
 
-void cuda_q4_0_q8_1_mma(const GemmProblem& p, cudaStream_t stream) { gpu::gemm_q8_1_mma<gpu::w_q4_0, gpu::Unpacked>(p, stream); }
+void cuda_q4_0_q8_1_mma(const GemmProblem& p, cudaStream_t stream) {
+    gpu::gemm_q8_1_mma<gpu::w_q4_0, gpu::Unpacked>(p, stream);
+}
 
-void cuda_q8_0_q8_1_mma(const GemmProblem& p, cudaStream_t stream) { gpu::gemm_q8_1_mma<gpu::w_q8_0, gpu::Unpacked>(p, stream); }
+void cuda_q8_0_q8_1_mma(const GemmProblem& p, cudaStream_t stream) {
+    gpu::gemm_q8_1_mma<gpu::w_q8_0, gpu::Unpacked>(p, stream);
+}

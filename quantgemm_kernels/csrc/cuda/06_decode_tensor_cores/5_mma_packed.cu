@@ -19,7 +19,9 @@ namespace {
 // 4g + t), unpacked into the mma's A fragments at every read.
 struct Packed {
     template <class WF>
-    static constexpr int w_row() { return KB * WF::qs_bytes + 16; }
+    static constexpr int w_row() {
+        return KB * WF::qs_bytes + 16;
+    }
     template <class WF, class T>
     __device__ __forceinline__ static void store_block(T& tile, int r, int b, float d, const uint32_t* q) {
         static_assert(WF::offset == 8, "Q4_0 only: the nibbles are what stays packed");
@@ -27,14 +29,16 @@ struct Packed {
         tile.wd[b][wd_slot(r)] = d * (1.0f / 16);
     }
     template <class WF, class T>
-    __device__ __forceinline__ static void load_a(int (&af)[MT][4], const T& cur, unsigned a_addr, unsigned stage, int b,
-                                                  int wm, int g, int t) {
+    __device__ __forceinline__ static void load_a(int (&af)[MT][4], const T& cur, unsigned a_addr, unsigned stage,
+                                                  int b, int wm, int g, int t) {
 #pragma unroll
         for (int i = 0; i < MT; i++) {
             const uint8_t* p0 = &cur.w[wm + 16 * i + g][b * WF::qs_bytes + 4 * t];
             const uint32_t v0 = *(const uint32_t*)p0, v1 = *(const uint32_t*)(p0 + 8 * T::W_ROW);
-            af[i][0] = (int)q4_0_signed_lo(v0); af[i][1] = (int)q4_0_signed_lo(v1);
-            af[i][2] = (int)q4_0_signed_hi(v0); af[i][3] = (int)q4_0_signed_hi(v1);
+            af[i][0] = (int)q4_0_signed_lo(v0);
+            af[i][1] = (int)q4_0_signed_lo(v1);
+            af[i][2] = (int)q4_0_signed_hi(v0);
+            af[i][3] = (int)q4_0_signed_hi(v1);
         }
     }
 };

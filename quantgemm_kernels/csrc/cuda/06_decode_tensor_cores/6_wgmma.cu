@@ -61,15 +61,15 @@ using Raw = RawPart<WF, KB, PARTS>;
 
 template <class WF>
 __global__ void __launch_bounds__(THREADS, 1)
-wgmma_kernel(const uint8_t* __restrict__ ws, const __grid_constant__ CUtensorMap wmap,
-             const typename WF::block* __restrict__ W, float* __restrict__ C, int N, int M, int K) {
+    wgmma_kernel(const uint8_t* __restrict__ ws, const __grid_constant__ CUtensorMap wmap,
+                 const typename WF::block* __restrict__ W, float* __restrict__ C, int N, int M, int K) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using RP = Raw<WF>;
     constexpr int RAW_ROW = KB * RP::B;  // bytes of a row's K step as stored (144 or 272: 16-byte multiples)
     extern __shared__ __align__(1024) int4 smem_raw[];
-    Stage* stages = (Stage*)smem_raw;                          // [2]
-    uint8_t* ones = (uint8_t*)(stages + 2);                    // BM x 32 bytes of -128
-    uint8_t(*raw)[RAW_ROW] = (uint8_t(*)[RAW_ROW])(ones + BM * QK);  // [BM][RAW_ROW]: a K step as stored
+    Stage* stages = (Stage*)smem_raw;                                  // [2]
+    uint8_t* ones = (uint8_t*)(stages + 2);                            // BM x 32 bytes of -128
+    uint8_t (*raw)[RAW_ROW] = (uint8_t (*)[RAW_ROW])(ones + BM * QK);  // [BM][RAW_ROW]: a K step as stored
     uint64_t* bar = (uint64_t*)(raw + BM);
     const int nb = K / QK;
     const int steps = (nb + KB - 1) / KB;
@@ -77,11 +77,11 @@ wgmma_kernel(const uint8_t* __restrict__ ws, const __grid_constant__ CUtensorMap
     const int m0 = blockIdx.x * BM;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int g = lane / 4, t = lane % 4;
-    const int wg = warp / 4;                         // warpgroup: tokens 64 wg ..
-    const int tok = 64 * wg + 16 * (warp % 4) + g;   // this thread's tokens: tok and tok + 8
+    const int wg = warp / 4;                        // warpgroup: tokens 64 wg ..
+    const int tok = 64 * wg + 16 * (warp % 4) + g;  // this thread's tokens: tok and tok + 8
     const uint8_t* units = ws + (int64_t)blockIdx.y * steps * QG_WGMMA_UNIT_BYTES;  // this tile's K steps
 
-    const int wr = tid % BM, wp = tid / BM;  // thread tid unpacks part wp of row wr
+    const int wr = tid % BM, wp = tid / BM;                                  // thread tid unpacks part wp of row wr
     const typename WF::block* wrow = W + (int64_t)min(m0 + wr, M - 1) * nb;  // rows past M repeat the last
     auto load_step = [&](int s) {  // issued by every thread, counted on one barrier phase per step
         Stage& st = stages[s & 1];
@@ -91,16 +91,17 @@ wgmma_kernel(const uint8_t* __restrict__ ws, const __grid_constant__ CUtensorMap
             if (aligned) tma_copy_2d(&raw[0][0], &wmap, s * RAW_ROW / 2, m0, bar);
         }
     };
-    auto unpack_step = [&](int s) {  // after the step's copies landed; then fence: the tensor cores read what st.shared wrote
-        Stage& st = stages[s & 1];
-        mma_unpack_weights<WF, KB, PARTS>(
-            [&](int part, int c) { return ((const uint4*)&raw[wr][0])[RP::first_chunk(part) + c]; }, wrow, wp, s, nb,
-            aligned, [&](int b, float d, const uint32_t* q) { store_block<WF>(st, wr, b, d, q); });
-        fence_proxy_async();
-    };
+    auto unpack_step =
+        [&](int s) {  // after the step's copies landed; then fence: the tensor cores read what st.shared wrote
+            Stage& st = stages[s & 1];
+            mma_unpack_weights<WF, KB, PARTS>(
+                [&](int part, int c) { return ((const uint4*)&raw[wr][0])[RP::first_chunk(part) + c]; }, wrow, wp, s,
+                nb, aligned, [&](int b, float d, const uint32_t* q) { store_block<WF>(st, wr, b, d, q); });
+            fence_proxy_async();
+        };
 
-    for (int i = tid; i < BM * QK / 16; i += THREADS) ((uint4*)ones)[i] = make_uint4(0x80808080u, 0x80808080u,
-                                                                                       0x80808080u, 0x80808080u);
+    for (int i = tid; i < BM * QK / 16; i += THREADS)
+        ((uint4*)ones)[i] = make_uint4(0x80808080u, 0x80808080u, 0x80808080u, 0x80808080u);
     if (tid == 0) bar_init(bar, 1);
     fence_proxy_async();  // the barrier's init, the ones: seen by the async proxy
     __syncthreads();
@@ -123,7 +124,7 @@ wgmma_kernel(const uint8_t* __restrict__ ws, const __grid_constant__ CUtensorMap
         if (next) load_step(s + 1);  // the other stage and the raw rows are free (barrier below)
 #pragma unroll
         for (int b = 0; b < KB; b++) {
-            wgmma_fence();  // earlier reads of this set come first
+            wgmma_fence();                                   // earlier reads of this set come first
             wgmma_s8<0>(D[b % SETS], ones_desc, ones_desc);  // 2^19 everywhere
             wgmma_s8<1>(D[b % SETS], smem_desc(&cur.a[b][64 * wg * QK]), smem_desc(&cur.w[b][0]));
             wgmma_commit();
@@ -152,9 +153,10 @@ template <class WF>
 void gemm_q8_1_wgmma(const GemmProblem& p, cudaStream_t stream) {
     const size_t smem = 2 * sizeof(Stage) + BM * QK + (size_t)BM * KB * Raw<WF>::B + 16;
     cudaFuncSetAttribute(wgmma_kernel<WF>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    wgmma_prepare_and_launch<WF>(p, stream, [&](dim3 grid, const uint8_t* ws, const CUtensorMap& wmap, float* C, int N) {
-        wgmma_kernel<WF><<<grid, THREADS, smem, stream>>>(ws, wmap, (const typename WF::block*)p.W, C, N, p.M, p.K);
-    });
+    wgmma_prepare_and_launch<WF>(
+        p, stream, [&](dim3 grid, const uint8_t* ws, const CUtensorMap& wmap, float* C, int N) {
+            wgmma_kernel<WF><<<grid, THREADS, smem, stream>>>(ws, wmap, (const typename WF::block*)p.W, C, N, p.M, p.K);
+        });
 }
 
 template void gemm_q8_1_wgmma<w_q4_0>(const GemmProblem&, cudaStream_t);

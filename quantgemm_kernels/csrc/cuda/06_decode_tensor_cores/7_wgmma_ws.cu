@@ -39,8 +39,8 @@
 namespace gpu {
 namespace {
 using namespace wg;
-constexpr int CONSUMERS = 256;              // warpgroups 0 and 1: tokens 0..63, 64..127
-constexpr int THREADS = CONSUMERS + 128;    // warpgroup 2: the producer
+constexpr int CONSUMERS = 256;            // warpgroups 0 and 1: tokens 0..63, 64..127
+constexpr int THREADS = CONSUMERS + 128;  // warpgroup 2: the producer
 constexpr int STAGES = 2;
 constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
 constexpr bool PDL = true;  // programmatic dependent launch: start while the quantizer finishes
@@ -59,8 +59,8 @@ template <class WF>
 struct Smem {
     static constexpr int RAW_ROW = KB * Raw<WF>::B;  // bytes of a row's K step as stored (144 or 272)
     Stage st[STAGES];
-    uint8_t raw[STAGES][BM][RAW_ROW];                // the weights' K step, as the TMA box wrote it
-    uint8_t ones[BM * QK];                           // -128 everywhere: the offset's wgmma
+    uint8_t raw[STAGES][BM][RAW_ROW];  // the weights' K step, as the TMA box wrote it
+    uint8_t ones[BM * QK];             // -128 everywhere: the offset's wgmma
     // acts: the stage's activation copy landed; raw: the raw weights of a step landed (counted in
     // bytes); full: the producer unpacked the stage's weights; empty: the consumers are done with it
     uint64_t acts[STAGES], raw_in[STAGES], full[STAGES], empty[STAGES];
@@ -68,15 +68,19 @@ struct Smem {
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 template <int REGS>
-__device__ __forceinline__ void set_max_regs_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(REGS)); }
+__device__ __forceinline__ void set_max_regs_dec() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(REGS));
+}
 template <int REGS>
-__device__ __forceinline__ void set_max_regs_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REGS)); }
+__device__ __forceinline__ void set_max_regs_inc() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REGS));
+}
 #endif
 
 template <class WF>
 __global__ void __launch_bounds__(THREADS, 1)
-wgmma_ws_kernel(const uint8_t* __restrict__ ws, const __grid_constant__ CUtensorMap wmap,
-                const typename WF::block* __restrict__ W, float* __restrict__ C, int N, int M, int K) {
+    wgmma_ws_kernel(const uint8_t* __restrict__ ws, const __grid_constant__ CUtensorMap wmap,
+                    const typename WF::block* __restrict__ W, float* __restrict__ C, int N, int M, int K) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ __align__(1024) int4 smem_raw[];
     Smem<WF>& sm = *(Smem<WF>*)smem_raw;
@@ -90,9 +94,9 @@ wgmma_ws_kernel(const uint8_t* __restrict__ ws, const __grid_constant__ CUtensor
         ((uint4*)sm.ones)[i] = make_uint4(0x80808080u, 0x80808080u, 0x80808080u, 0x80808080u);
     if (tid == 0)
         for (int i = 0; i < STAGES; i++) {
-            bar_init(&sm.acts[i], 1);          // the producer's expect_tx, then the copy's bytes
+            bar_init(&sm.acts[i], 1);  // the producer's expect_tx, then the copy's bytes
             bar_init(&sm.raw_in[i], 1);
-            bar_init(&sm.full[i], 128);        // every producer thread, after its row
+            bar_init(&sm.full[i], 128);         // every producer thread, after its row
             bar_init(&sm.empty[i], CONSUMERS);  // every consumer thread, after its last read
         }
     fence_proxy_async();  // the barriers' init, the ones: seen by the async proxy
@@ -100,7 +104,7 @@ wgmma_ws_kernel(const uint8_t* __restrict__ ws, const __grid_constant__ CUtensor
 
     if (tid >= CONSUMERS) {  // ---- producer warpgroup
         set_max_regs_dec<PRODUCER_REGS>();
-        const int r = tid - CONSUMERS;  // this thread's weight row
+        const int r = tid - CONSUMERS;                                          // this thread's weight row
         const typename WF::block* wrow = W + (int64_t)min(m0 + r, M - 1) * nb;  // rows past M repeat the last
         const uint8_t* units = ws + (int64_t)blockIdx.y * steps * QG_WGMMA_UNIT_BYTES;
         // The raw weights of step s + 1 are copied while step s is unpacked (their buffer's last
@@ -126,7 +130,9 @@ wgmma_ws_kernel(const uint8_t* __restrict__ ws, const __grid_constant__ CUtensor
                 bulk_copy(&st.a[0][0], units + (int64_t)s * QG_WGMMA_UNIT_BYTES, QG_WGMMA_UNIT_BYTES, &sm.acts[i]);
             }
             if (aligned) bar_wait(&sm.raw_in[i], round & 1);
-            auto chunk = [&](int part, int c) { return ((const uint4*)&sm.raw[i][r][0])[Raw<WF>::first_chunk(part) + c]; };
+            auto chunk = [&](int part, int c) {
+                return ((const uint4*)&sm.raw[i][r][0])[Raw<WF>::first_chunk(part) + c];
+            };
             auto store = [&](int b, float d, const uint32_t* q) { store_block<WF>(st, r, b, d, q); };
 #pragma unroll
             for (int part = 0; part < PARTS<WF>; part++)
@@ -152,16 +158,16 @@ wgmma_ws_kernel(const uint8_t* __restrict__ ws, const __grid_constant__ CUtensor
     constexpr int SETS = 2;
     int D[SETS][64];
     auto issue = [&](const Stage& cur, int b) {
-        wgmma_fence();  // earlier reads of this set come first
+        wgmma_fence();                                   // earlier reads of this set come first
         wgmma_s8<0>(D[b % SETS], ones_desc, ones_desc);  // 2^19 everywhere
         wgmma_s8<1>(D[b % SETS], smem_desc(&cur.a[b][64 * wg * QK]), smem_desc(&cur.w[b][0]));
         wgmma_commit();
     };
     auto scale = [&](const Stage& cur, int b) {  // after the wait for block b's wgmma
-        int(&d)[64] = D[b % SETS];
+        int (&d)[64] = D[b % SETS];
         fence_regs(d);
-        apply_scales<0, 8>(acc, *(int(*)[32])&d[0], load_scales<0, 8>(cur, b, t, tok));
-        apply_scales<8, 8>(acc, *(int(*)[32])&d[32], load_scales<8, 8>(cur, b, t, tok));
+        apply_scales<0, 8>(acc, *(int (*)[32]) & d[0], load_scales<0, 8>(cur, b, t, tok));
+        apply_scales<8, 8>(acc, *(int (*)[32]) & d[32], load_scales<8, 8>(cur, b, t, tok));
     };
 
     // With two sets the pipeline drains at the end of each K step: ptxas keeps wgmmas asynchronous
@@ -196,12 +202,13 @@ template <class WF>
 void gemm_q8_1_wgmma_ws(const GemmProblem& p, cudaStream_t stream) {
     const size_t smem = sizeof(Smem<WF>);
     cudaFuncSetAttribute(wgmma_ws_kernel<WF>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    wgmma_prepare_and_launch<WF>(p, stream, [&](dim3 grid, const uint8_t* ws, const CUtensorMap& wmap, float* C, int N) {
-        // Programmatic dependent launch: the CTAs start while the quantizer finishes (its CTAs
-        // allow it at once); the producer waits for its writes before the first activation copy.
-        launch_maybe_pdl(wgmma_ws_kernel<WF>, grid, dim3(THREADS), smem, stream, PDL, ws, wmap,
-                         (const typename WF::block*)p.W, C, N, p.M, p.K);
-    });
+    wgmma_prepare_and_launch<WF>(p, stream,
+                                 [&](dim3 grid, const uint8_t* ws, const CUtensorMap& wmap, float* C, int N) {
+                                     // Programmatic dependent launch: the CTAs start while the quantizer finishes (its CTAs
+                                     // allow it at once); the producer waits for its writes before the first activation copy.
+                                     launch_maybe_pdl(wgmma_ws_kernel<WF>, grid, dim3(THREADS), smem, stream, PDL, ws,
+                                                      wmap, (const typename WF::block*)p.W, C, N, p.M, p.K);
+                                 });
 }
 
 template void gemm_q8_1_wgmma_ws<w_q4_0>(const GemmProblem&, cudaStream_t);
@@ -209,6 +216,10 @@ template void gemm_q8_1_wgmma_ws<w_q8_0>(const GemmProblem&, cudaStream_t);
 
 }  // namespace gpu
 
-void cuda_q4_0_q8_1_wgmma_ws(const GemmProblem& p, cudaStream_t stream) { gpu::gemm_q8_1_wgmma_ws<gpu::w_q4_0>(p, stream); }
+void cuda_q4_0_q8_1_wgmma_ws(const GemmProblem& p, cudaStream_t stream) {
+    gpu::gemm_q8_1_wgmma_ws<gpu::w_q4_0>(p, stream);
+}
 
-void cuda_q8_0_q8_1_wgmma_ws(const GemmProblem& p, cudaStream_t stream) { gpu::gemm_q8_1_wgmma_ws<gpu::w_q8_0>(p, stream); }
+void cuda_q8_0_q8_1_wgmma_ws(const GemmProblem& p, cudaStream_t stream) {
+    gpu::gemm_q8_1_wgmma_ws<gpu::w_q8_0>(p, stream);
+}

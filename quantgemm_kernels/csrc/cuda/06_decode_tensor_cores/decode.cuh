@@ -49,11 +49,11 @@ namespace gpu {
 namespace {
 constexpr int DEC_THREADS = 256;
 constexpr int DEC_WARPS = DEC_THREADS / 32;
-constexpr int UNIT = 8;                        // blocks per unit
-constexpr int MAX_T = 8;                       // tokens per pass
+constexpr int UNIT = 8;   // blocks per unit
+constexpr int MAX_T = 8;  // tokens per pass
 // [excerpt: smem_layout]
-constexpr int A_UNIT_VECS = UNIT * QK / 16 + 1;  // int4 per unit of activation quants: 16 + 1 pad
-constexpr int A_UNIT_DS = UNIT + 1;              // float2 (d, s) per unit: 8 + 1 pad
+constexpr int A_UNIT_VECS = UNIT * QK / 16 + 1;                        // int4 per unit of activation quants: 16 + 1 pad
+constexpr int A_UNIT_DS = UNIT + 1;                                    // float2 (d, s) per unit: 8 + 1 pad
 constexpr int SMEM_PER_TOKEN_UNIT = A_UNIT_VECS * 16 + A_UNIT_DS * 8;  // 344 bytes
 static_assert(A_UNIT_VECS == QG_DECODE_UNIT_VECS && A_UNIT_DS == QG_DECODE_UNIT_DS,
               "gemm.h sizes the workspace with the same layout");
@@ -65,15 +65,21 @@ __host__ __device__ constexpr int ds_pitch(int nu) { return (nu * A_UNIT_DS + 1)
 
 // Activation block `kb` of token t in shared memory: its 32 quants as 8 words, and (d, s).
 struct ActSmem {
-    int4* qs;     // [T][nu][A_UNIT_VECS]
-    float2* ds;   // [T][ds_pitch(nu)]: unit u's pairs at u * A_UNIT_DS
-    int nu;       // units per row chunk
+    int4* qs;    // [T][nu][A_UNIT_VECS]
+    float2* ds;  // [T][ds_pitch(nu)]: unit u's pairs at u * A_UNIT_DS
+    int nu;      // units per row chunk
     __device__ __forceinline__ void load(int t, int kb, int* a, float2& dsv) const {
         const int u = kb / UNIT, i = kb % UNIT;
         const int4* p = qs + ((size_t)t * nu + u) * A_UNIT_VECS + 2 * i;
         const int4 lo = p[0], hi = p[1];
-        a[0] = lo.x; a[1] = lo.y; a[2] = lo.z; a[3] = lo.w;
-        a[4] = hi.x; a[5] = hi.y; a[6] = hi.z; a[7] = hi.w;
+        a[0] = lo.x;
+        a[1] = lo.y;
+        a[2] = lo.z;
+        a[3] = lo.w;
+        a[4] = hi.x;
+        a[5] = hi.y;
+        a[6] = hi.z;
+        a[7] = hi.w;
         dsv = ds[(size_t)t * ds_pitch(nu) + u * A_UNIT_DS + i];
     }
 };
@@ -103,7 +109,7 @@ __device__ __forceinline__ void block_times_tokens(const int* v, float d_w, floa
 template <class WF>
 struct Unit {  // 8 consecutive weight blocks of one row, as raw 32-bit words
     static constexpr int BYTES = UNIT * (int)sizeof(typename WF::block);  // 144 (Q4_0), 160 (Q4_1), 272 (Q8_0)
-    static constexpr int VECS = BYTES / 16;                                // 9 or 17
+    static constexpr int VECS = BYTES / 16;                               // 9 or 17
     static_assert(BYTES % 16 == 0, "8 blocks are a whole number of 16-byte vectors");
     uint32_t w[VECS * 4 + 1];  // +1: word_at may read one word past the last block's end
 
@@ -111,7 +117,10 @@ struct Unit {  // 8 consecutive weight blocks of one row, as raw 32-bit words
 #pragma unroll
         for (int i = 0; i < VECS; i++) {
             const uint4 x = v[i];
-            w[4 * i] = x.x; w[4 * i + 1] = x.y; w[4 * i + 2] = x.z; w[4 * i + 3] = x.w;
+            w[4 * i] = x.x;
+            w[4 * i + 1] = x.y;
+            w[4 * i + 2] = x.z;
+            w[4 * i + 3] = x.w;
         }
         w[VECS * 4] = 0;
     }
@@ -123,7 +132,7 @@ struct Unit {  // 8 consecutive weight blocks of one row, as raw 32-bit words
         d = scale_to_float((fp16_bits)(w[off >> 2] >> (8 * (off & 3))));
 #pragma unroll
         for (int j = 0; j < WF::qs_words; j++) v[j] = word_at(w, off + 2 + 4 * j);
-    // [end excerpt: unit_words]
+        // [end excerpt: unit_words]
     }
     // Q4_1 (chapter 7): d and m, then the quants from byte B*i + 4. B = 20: every block 4-byte aligned.
     __device__ __forceinline__ void block(int i, int* v, float& d, float& m) const {
@@ -159,22 +168,22 @@ struct DecodeSmem {
 // quantizes them in every CTA), or the workspace image of 2_decode.cu's quantizer, token t's units
 // at qs[t * nu_total ...] and pairs at ds[t * ds_pitch(nu_total)]. Each step reads its own fields.
 struct ActSource {
-    const float* A;     // float32 rows (1_decode_fused.cu)
-    const int4* qs;     // image: quants, A_UNIT_VECS per unit (2_decode.cu)
-    const float2* ds;   // image: (d, s) pairs
-    int nu_total;       // image: units per token row (the whole K)
+    const float* A;    // float32 rows (1_decode_fused.cu)
+    const int4* qs;    // image: quants, A_UNIT_VECS per unit (2_decode.cu)
+    const float2* ds;  // image: (d, s) pairs
+    int nu_total;      // image: units per token row (the whole K)
 };
 
 template <class WF, int T, class Acts>
 // Q4_0: 2 CTAs per SM (at most 128 registers); Q8_0 units are twice as wide and need more.
 __global__ void __launch_bounds__(DEC_THREADS, sizeof(typename WF::block) < 32 ? 2 : 1)  // 4-bit: 2 CTAs/SM
-decode_kernel(ActSource src, const typename WF::block* __restrict__ W, float* __restrict__ C,
-              int M, int K, int nb_total, int kb0, int nb, bool accumulate) {
+    decode_kernel(ActSource src, const typename WF::block* __restrict__ W, float* __restrict__ C, int M, int K,
+                  int nb_total, int kb0, int nb, bool accumulate) {
     // This launch: T tokens (src), blocks [kb0, kb0 + nb) of every weight row (rows are nb_total
     // blocks long), C rows [0 .. T) (M floats each), added to C if accumulate.
     // Warp w of the grid owns rows w, w + (all warps), ...; a row is read in steps of 32 units.
-    constexpr int VECS = Unit<WF>::VECS;        // 16-byte vectors per unit: 9 (Q4_0), 17 (Q8_0)
-    constexpr int STEP_VECS = 32 * VECS;        // one step: 32 units, one per lane
+    constexpr int VECS = Unit<WF>::VECS;  // 16-byte vectors per unit: 9 (Q4_0), 17 (Q8_0)
+    constexpr int STEP_VECS = 32 * VECS;  // one step: 32 units, one per lane
     constexpr int STAGES = decode_stages(T, VECS);
     extern __shared__ int4 smem[];
     const int nu = (nb + UNIT - 1) / UNIT;
@@ -207,11 +216,11 @@ decode_kernel(ActSource src, const typename WF::block* __restrict__ W, float* __
                 if (lane + 32 * v < count) cp_async16(dst + lane + 32 * v, src + lane + 32 * v);
         }
         cp_async_commit();
-    // [end excerpt: issue]
+        // [end excerpt: issue]
     };
 #pragma unroll
     // [excerpt: pipeline]
-    for (int i = 0; i < STAGES - 1; i++) issue(i);  // in flight while the activations arrive
+    for (int i = 0; i < STAGES - 1; i++) issue(i);      // in flight while the activations arrive
     Acts::template stage<T>(src, act, K, kb0, nb, nu);  // the activations: the step's own part
     __syncthreads();
     // [end excerpt: pipeline]
@@ -229,7 +238,7 @@ decode_kernel(ActSource src, const typename WF::block* __restrict__ W, float* __
                 *c = accumulate ? *c + acc[t] : acc[t];
             }
             acc[t] = 0.0f;
-    // [end excerpt: finish_row]
+            // [end excerpt: finish_row]
         }
     };
 
@@ -251,20 +260,22 @@ decode_kernel(ActSource src, const typename WF::block* __restrict__ W, float* __
 
     // [excerpt: consume]
     for (int i = 0; i < items; i++) {
-        issue(i + STAGES - 1);       // into the slot computed on in iteration i - 1
+        issue(i + STAGES - 1);        // into the slot computed on in iteration i - 1
         cp_async_wait<STAGES - 1>();  // this lane's copies of item i have landed...
-        __syncwarp();                // ...and every other lane's
+        __syncwarp();                 // ...and every other lane's
         const int st = i % steps_per_row, u = 32 * st + lane;
         if (u < nu) {
             Unit<WF> cur;
             cur.load_shared(ring + (i % STAGES) * STEP_VECS + lane * VECS);
-    // [end excerpt: consume]
+            // [end excerpt: consume]
 #pragma unroll
             for (int b = 0; b < UNIT; b++) {
                 int v[WF::qs_words];
                 float d_w, m_w = 0.0f;
-                if constexpr (has_min<WF>) cur.block(b, v, d_w, m_w);
-                else cur.block(b, v, d_w);
+                if constexpr (has_min<WF>)
+                    cur.block(b, v, d_w, m_w);
+                else
+                    cur.block(b, v, d_w);
                 block_times_tokens<WF, T>(v, d_w, m_w, act, UNIT * u + b, acc);
             }
         }
@@ -274,7 +285,9 @@ decode_kernel(ActSource src, const typename WF::block* __restrict__ W, float* __
 }
 
 // ---------------------------------------------------------------- launchers
-struct DeviceInfo { int sms = 0, smem_optin = 0, major = 0; };
+struct DeviceInfo {
+    int sms = 0, smem_optin = 0, major = 0;
+};
 const DeviceInfo& device_info() {  // looked up once per device, not per call
     static DeviceInfo info[64];
     int dev = 0;
@@ -352,8 +365,8 @@ void gemm_q8_1_decode(const GemmProblem& p, cudaStream_t stream) {
         const ActSource src{A + (int64_t)n0 * p.K, img_qs + (size_t)n0 * nu_total * A_UNIT_VECS,
                             img_ds + (size_t)n0 * ds_pitch(nu_total), nu_total};
         for (int kb0 = 0; kb0 < nb_total; kb0 += chunk)
-            launch_tokens<WF, Acts>(T, src, (const typename WF::block*)p.W, p.C + (int64_t)n0 * p.M, p.M, p.K,
-                                    nb_total, kb0, std::min(chunk, nb_total - kb0), kb0 > 0, stream);
+            launch_tokens<WF, Acts>(T, src, (const typename WF::block*)p.W, p.C + (int64_t)n0 * p.M, p.M, p.K, nb_total,
+                                    kb0, std::min(chunk, nb_total - kb0), kb0 > 0, stream);
     }
 }
 

@@ -26,8 +26,8 @@ namespace {
 // With a float32 d (MMQ's for Q8_0 weights) c = -MMA_MAGIC_F * d needs 26 significant bits and is
 // rounded, which costs up to d/2 per block result; the binding therefore offers the mode to the
 // Q4_0 mma steps only (fp16 d). The wgmma steps scale by a power of two instead and take either.
-__global__ void mma_quantize_act_kernel(const float* __restrict__ x, int8_t* __restrict__ qs,
-                                        float2* __restrict__ ds, int64_t total, int sum_mode, bool d_fp16) {
+__global__ void mma_quantize_act_kernel(const float* __restrict__ x, int8_t* __restrict__ qs, float2* __restrict__ ds,
+                                        int64_t total, int sum_mode, bool d_fp16) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i - (threadIdx.x % 32) >= total) return;  // whole warps in or out (total % 32 == 0)
     float d;
@@ -50,17 +50,18 @@ inline void mma_quantize_acts(const GemmProblem& p, cudaStream_t stream, int8_t*
     aq = (int8_t*)p.workspace;
     ads = (float2*)(aq + ((total + 15) / 16) * 16);
     mma_quantize_act_kernel<<<(unsigned)((total + 255) / 256), 256, 0, stream>>>((const float*)p.A, aq, ads, total,
-                                                                                  p.q8_1_sum_mode, d_fp16);
+                                                                                 p.q8_1_sum_mode, d_fp16);
 }
 
 // D = A (16 x 32, rows) * B (32 x 8, columns) + c in every element of the accumulator input.
 // [excerpt: mma_s8]
 __device__ __forceinline__ void mma_s8(int (&d)[4], const int (&a)[4], const int (&b)[2], int c) {
 #if __CUDA_ARCH__ >= 800
-    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%10,%10,%10,%10};\n"
-                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(c));
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%10,%10,%10,%10};\n"
+        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(c));
 // [end excerpt: mma_s8]
 #else
     __trap();  // the launchers refuse GPUs older than sm_80
@@ -123,7 +124,9 @@ struct RawPart {
     static constexpr int BPP = KB / PARTS;  // blocks per part
     __host__ __device__ static constexpr int first_chunk(int p) { return p * BPP * B / 16; }
     __host__ __device__ static constexpr int chunks(int p) { return ((p + 1) * BPP * B - 1) / 16 - first_chunk(p) + 1; }
-    __host__ __device__ static constexpr int skew(int p) { return p * BPP * B - 16 * first_chunk(p); }  // first block's byte
+    __host__ __device__ static constexpr int skew(int p) {
+        return p * BPP * B - 16 * first_chunk(p);
+    }  // first block's byte
     static constexpr int CHUNKS = chunks(0);
     static_assert(KB % PARTS == 0, "parts of whole blocks");
     static_assert(chunks(1) == CHUNKS && chunks(PARTS - 1) == CHUNKS, "every part copies as many chunks");
@@ -140,7 +143,10 @@ __device__ __forceinline__ void mma_unpack_part(Chunk& chunk, Store& store) {
 #pragma unroll
     for (int c = 0; c < RP::CHUNKS; c++) {
         const uint4 v = chunk(PART, c);
-        u[4 * c] = v.x; u[4 * c + 1] = v.y; u[4 * c + 2] = v.z; u[4 * c + 3] = v.w;
+        u[4 * c] = v.x;
+        u[4 * c + 1] = v.y;
+        u[4 * c + 2] = v.z;
+        u[4 * c + 3] = v.w;
     }
     u[RP::CHUNKS * 4] = 0;
 #pragma unroll
@@ -157,17 +163,20 @@ __device__ __forceinline__ void mma_unpack_part(Chunk& chunk, Store& store) {
 // The same for a part known at run time only (one case per part, each with constant offsets).
 template <class WF, int KB, int PARTS, int P, class Chunk, class Store>
 __device__ __forceinline__ void mma_unpack_part_of(int part, Chunk& chunk, Store& store) {
-    if constexpr (P + 1 == PARTS) mma_unpack_part<WF, KB, PARTS, P>(chunk, store);
-    else if (part == P) mma_unpack_part<WF, KB, PARTS, P>(chunk, store);
-    else mma_unpack_part_of<WF, KB, PARTS, P + 1>(part, chunk, store);
+    if constexpr (P + 1 == PARTS)
+        mma_unpack_part<WF, KB, PARTS, P>(chunk, store);
+    else if (part == P)
+        mma_unpack_part<WF, KB, PARTS, P>(chunk, store);
+    else
+        mma_unpack_part_of<WF, KB, PARTS, P + 1>(part, chunk, store);
 }
 
 // This thread's part of row wrow for K step s, after its copies landed (aligned) or, when rows are not
 // 16-byte aligned (nb % KB != 0), straight from the blocks with 16-bit loads (correct, slower),
 // blocks past the last as zeros.
 template <class WF, int KB, int PARTS, class Chunk, class Store>
-__device__ __forceinline__ void mma_unpack_weights(Chunk chunk, const typename WF::block* wrow, int part, int s,
-                                                   int nb, bool aligned, Store store) {
+__device__ __forceinline__ void mma_unpack_weights(Chunk chunk, const typename WF::block* wrow, int part, int s, int nb,
+                                                   bool aligned, Store store) {
     using RP = RawPart<WF, KB, PARTS>;
     if (aligned) {
         mma_unpack_part_of<WF, KB, PARTS, 0>(part, chunk, store);

@@ -35,7 +35,8 @@ constexpr int MT = WM / 16, NT = WN / 8;  // mma tiles per warp
 static_assert((BM / WM) * (BN / WN) * 32 == THREADS, "the warps cover the CTA tile");
 constexpr int PARTS = THREADS / BM;  // threads that stage one weight row, a part of KB / PARTS blocks each
 static_assert(KB % PARTS == 0 && BM % 32 == 0, "parts of whole blocks, one part per warp");
-constexpr int AD_PITCH = BN + 4;   // floats per block row of activation scales; +4: the copies' 8 blocks hit 8 bank groups
+constexpr int AD_PITCH =
+    BN + 4;  // floats per block row of activation scales; +4: the copies' 8 blocks hit 8 bank groups
 constexpr int ROW = KB * QK + 16;  // bytes per row of int8 values; +16: the 8 rows of an ldmatrix hit 8 bank groups
 
 template <class WF>
@@ -63,11 +64,11 @@ __device__ __forceinline__ int wd_slot(int r) {
 
 template <class WF, class WL>
 __global__ void __launch_bounds__(THREADS, 1)
-mma_kernel(const int8_t* __restrict__ aq, const float2* __restrict__ ads, const typename WF::block* __restrict__ W,
-           float* __restrict__ C, int N, int M, int K) {
+    mma_kernel(const int8_t* __restrict__ aq, const float2* __restrict__ ads, const typename WF::block* __restrict__ W,
+               float* __restrict__ C, int N, int M, int K) {
     using RP = Raw<WF>;
     extern __shared__ int4 smem_raw[];
-    Tile<WF, WL>* tiles = (Tile<WF, WL>*)smem_raw;                                   // [2]
+    Tile<WF, WL>* tiles = (Tile<WF, WL>*)smem_raw;                        // [2]
     uint4(*raw)[RP::CHUNKS][BM] = (uint4(*)[RP::CHUNKS][BM])(tiles + 2);  // [PARTS][CHUNKS][BM]: lanes = rows
     const int nb = K / QK;
     const int steps = (nb + KB - 1) / KB;
@@ -97,7 +98,8 @@ mma_kernel(const int8_t* __restrict__ aq, const float2* __restrict__ ads, const 
             cp_async16_zfill(&tile.a[r][16 * j], src + (int64_t)min(n0 + r, N - 1) * K, valid);
         }
     };
-    auto copy_scales = [&](Tile<WF, WL>& tile, int s) {  // BN rows x KB scales d (4 B of each pair), into [block][token]
+    auto copy_scales = [&](Tile<WF, WL>& tile,
+                           int s) {  // BN rows x KB scales d (4 B of each pair), into [block][token]
         const int b = tid % KB;
         const bool valid = s * KB + b < nb;
         const float* src = (const float*)(ads + (valid ? s * KB + b : 0));
@@ -109,8 +111,9 @@ mma_kernel(const int8_t* __restrict__ aq, const float2* __restrict__ ads, const 
         cp_async_commit();
     };
     auto unpack_step = [&](Tile<WF, WL>& tile, int s) {  // this thread's part row, after its copies landed
-        mma_unpack_weights<WF, KB, PARTS>([&](int part, int c) { return raw[part][c][wr]; }, wrow, wp, s, nb, aligned,
-                                          [&](int b, float d, const uint32_t* q) { WL::template store_block<WF>(tile, wr, b, d, q); });
+        mma_unpack_weights<WF, KB, PARTS>(
+            [&](int part, int c) { return raw[part][c][wr]; }, wrow, wp, s, nb, aligned,
+            [&](int b, float d, const uint32_t* q) { WL::template store_block<WF>(tile, wr, b, d, q); });
     };
 
     float acc[MT][NT][4] = {};
@@ -120,7 +123,8 @@ mma_kernel(const int8_t* __restrict__ aq, const float2* __restrict__ ads, const 
     // B (tokens), per two 8-token tiles: lanes 0-7 tokens 0-7 at k 0..15, 8-15 the same at k 16..31,
     // 16-31 tokens 8-15 -> b0 b1 of the first tile, b0 b1 of the second.
     const unsigned a_addr = (unsigned)__cvta_generic_to_shared(&tiles[0].w[wm + lane % 16][16 * (lane / 16)]);
-    const unsigned b_addr = (unsigned)__cvta_generic_to_shared(&tiles[0].a[wn + lane % 8 + 8 * (lane / 16)][16 * ((lane / 8) % 2)]);
+    const unsigned b_addr =
+        (unsigned)__cvta_generic_to_shared(&tiles[0].a[wn + lane % 8 + 8 * (lane / 16)][16 * ((lane / 8) % 2)]);
 
     copy_weights(0);
     copy_quants(tiles[0], 0);
@@ -143,18 +147,24 @@ mma_kernel(const int8_t* __restrict__ aq, const float2* __restrict__ ads, const 
             }
             int af[MT][4], bf[NT][2];
             float dw[MT][2];
-            float2 da[NT];  // d of columns 2t and 2t + 1
+            float2 da[NT];                                                 // d of columns 2t and 2t + 1
             WL::template load_a<WF>(af, cur, a_addr, stage, b, wm, g, t);  // the weights: the step's layout
 #pragma unroll
             for (int j = 0; j < NT; j += 2) {
                 int r[4];
                 ldsm_x4(r, b_addr + stage + j * 8 * ROW + b * QK);
-                bf[j][0] = r[0]; bf[j][1] = r[1]; bf[j + 1][0] = r[2]; bf[j + 1][1] = r[3];
+                bf[j][0] = r[0];
+                bf[j][1] = r[1];
+                bf[j + 1][0] = r[2];
+                bf[j + 1][1] = r[3];
             }
 #pragma unroll
             for (int i = 0; i < MT; i += 2) {
                 const float4 v = *(const float4*)&cur.wd[b][wm + 16 * i + 4 * g];
-                dw[i][0] = v.x; dw[i][1] = v.y; dw[i + 1][0] = v.z; dw[i + 1][1] = v.w;
+                dw[i][0] = v.x;
+                dw[i][1] = v.y;
+                dw[i + 1][0] = v.z;
+                dw[i + 1][1] = v.w;
             }
 #pragma unroll
             for (int j = 0; j < NT; j++) da[j] = *(const float2*)&cur.ad[b][wn + 8 * j + 2 * t];
@@ -192,7 +202,8 @@ void gemm_q8_1_mma(const GemmProblem& p, cudaStream_t stream) {
     cudaFuncSetAttribute(mma_kernel<WF, WL>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     mma_launch_slices<BN>(p, aq, ads, [&](const int8_t* aq_n, const float2* ads_n, float* C_n, int n) {
         const dim3 grid((p.M + BM - 1) / BM, (n + BN - 1) / BN);
-        mma_kernel<WF, WL><<<grid, THREADS, smem, stream>>>(aq_n, ads_n, (const typename WF::block*)p.W, C_n, n, p.M, p.K);
+        mma_kernel<WF, WL>
+            <<<grid, THREADS, smem, stream>>>(aq_n, ads_n, (const typename WF::block*)p.W, C_n, n, p.M, p.K);
     });
 }
 

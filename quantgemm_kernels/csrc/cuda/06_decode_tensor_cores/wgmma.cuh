@@ -44,9 +44,8 @@ namespace {
 // The roundings are quantize_q8_1_lane's, value by value, so the bytes are the same.
 // sum_mode Q8_1_S_SUM_X: MMQ's own quantizer instead (quantize_mmq_lane's roundings, d_fp16 as MMQ
 // keeps d).
-__global__ void __launch_bounds__(256) wgmma_quantize_act_kernel(const float* __restrict__ x,
-                                                                 uint8_t* __restrict__ ws, int N, int K, int steps,
-                                                                 int sum_mode, bool d_fp16) {
+__global__ void __launch_bounds__(256) wgmma_quantize_act_kernel(const float* __restrict__ x, uint8_t* __restrict__ ws,
+                                                                 int N, int K, int steps, int sum_mode, bool d_fp16) {
     allow_dependent_launch();  // a kernel launched with PDL may start: it waits for our writes itself
     const int lane = threadIdx.x % 32, b = threadIdx.x / 32, p = lane % 4;
     const int64_t n = (int64_t)blockIdx.x * 8 + lane / 4;  // this lane's token; CTAs cover the tiles exactly
@@ -55,7 +54,7 @@ __global__ void __launch_bounds__(256) wgmma_quantize_act_kernel(const float* __
     for (int s = blockIdx.y; s < steps; s += gridDim.y) {
         const int k = (s * KB + b) * QK + 8 * p;
         float v[8] = {};
-        if (n < N && k < K) {  // the same for a token's 4 lanes: K % 32 == 0
+        if (n < N && k < K) {                                    // the same for a token's 4 lanes: K % 32 == 0
             const float4* src = (const float4*)(x + n * K + k);  // gemm() refuses A off a 16-byte boundary
             const float4 lo = __ldg(src), hi = __ldg(src + 1);
             v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
@@ -76,14 +75,14 @@ __global__ void __launch_bounds__(256) wgmma_quantize_act_kernel(const float* __
         const float id = mmq ? d_inv : inverse_scale(d);
         uint32_t w[2] = {0, 0};
 #pragma unroll
-        for (int j = 0; j < 8; j++)
-            w[j / 4] |= (uint32_t)((int)roundf(__fmul_rn(v[j], id)) & 0xFF) << (8 * (j % 4));
+        for (int j = 0; j < 8; j++) w[j / 4] |= (uint32_t)((int)roundf(__fmul_rn(v[j], id)) & 0xFF) << (8 * (j % 4));
         if (nonfinite) w[0] = w[1] = 0;  // as quantize_q8_1_lane: a NaN scale, zero quants
         uint8_t* unit = ws + (tile * steps + s) * QG_WGMMA_UNIT_BYTES;
         *(uint2*)&unit[b * BN * QK + core_offset(nl, p / 2) + 8 * (p % 2)] = make_uint2(w[0], w[1]);
         if (p == 0) {
-            const float dk = nonfinite ? __int_as_float(0x7FC00000)
-                             : (!mmq || d_fp16) ? scale_to_float(fp32_to_fp16(d)) : d;
+            const float dk = nonfinite          ? __int_as_float(0x7FC00000)
+                             : (!mmq || d_fp16) ? scale_to_float(fp32_to_fp16(d))
+                                                : d;
             const float da = dk * DA_SCALE;
             ((float2*)(unit + KB * BN * QK))[b * BN + nl] = make_float2(da, da * C_SCALE);
         }
@@ -91,11 +90,11 @@ __global__ void __launch_bounds__(256) wgmma_quantize_act_kernel(const float* __
 }
 }  // namespace
 
-struct Stage {                   // one K step in shared memory
-    uint8_t a[KB][BN * QK];      // activation quants, per block BN / 8 row groups of 2 core matrices
-    float2 ad[KB][BN];           // (d_a 2^64, c) [block][token]: with a, one unit of the workspace
-    uint8_t w[KB][BM * QK];      // weights as int8 (Q4_0: 16 (q - 8)), the layout of a
-    float wd[KB][WD_PITCH];      // weight scales x DW_SCALE (Q4_0: / 16), in wd_slot order
+struct Stage {               // one K step in shared memory
+    uint8_t a[KB][BN * QK];  // activation quants, per block BN / 8 row groups of 2 core matrices
+    float2 ad[KB][BN];       // (d_a 2^64, c) [block][token]: with a, one unit of the workspace
+    uint8_t w[KB][BM * QK];  // weights as int8 (Q4_0: 16 (q - 8)), the layout of a
+    float wd[KB][WD_PITCH];  // weight scales x DW_SCALE (Q4_0: / 16), in wd_slot order
 };
 
 // A thread of the warpgroup holds columns n = 8j + 2t + e (j < 16, e < 2) of the 128: their scales
@@ -118,7 +117,9 @@ __device__ __forceinline__ float fma_rn(float a, float b, float c) {  // subnorm
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>
-__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+__device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
 
 // d (64 x 128 int32, 64 registers per thread) = A (64 x 32 int8) * B (32 x 128 int8) [+ d if SCALE_D].
 template <int SCALE_D>
@@ -131,14 +132,14 @@ __device__ __forceinline__ void wgmma_s8(int (&d)[64], uint64_t a, uint64_t b) {
         "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
         "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
         "%64, %65, p;\n}\n"
-        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]),
-          "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]),
-          "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]),
-          "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31]),
-          "+r"(d[32]), "+r"(d[33]), "+r"(d[34]), "+r"(d[35]), "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39]),
-          "+r"(d[40]), "+r"(d[41]), "+r"(d[42]), "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47]),
-          "+r"(d[48]), "+r"(d[49]), "+r"(d[50]), "+r"(d[51]), "+r"(d[52]), "+r"(d[53]), "+r"(d[54]), "+r"(d[55]),
-          "+r"(d[56]), "+r"(d[57]), "+r"(d[58]), "+r"(d[59]), "+r"(d[60]), "+r"(d[61]), "+r"(d[62]), "+r"(d[63])
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), "+r"(d[8]),
+          "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]), "+r"(d[16]),
+          "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]), "+r"(d[24]),
+          "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31]), "+r"(d[32]),
+          "+r"(d[33]), "+r"(d[34]), "+r"(d[35]), "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39]), "+r"(d[40]),
+          "+r"(d[41]), "+r"(d[42]), "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47]), "+r"(d[48]),
+          "+r"(d[49]), "+r"(d[50]), "+r"(d[51]), "+r"(d[52]), "+r"(d[53]), "+r"(d[54]), "+r"(d[55]), "+r"(d[56]),
+          "+r"(d[57]), "+r"(d[58]), "+r"(d[59]), "+r"(d[60]), "+r"(d[61]), "+r"(d[62]), "+r"(d[63])
         : "l"(a), "l"(b), "n"(SCALE_D));
 }
 
@@ -152,15 +153,18 @@ __device__ __forceinline__ void fence_regs(int (&d)[R]) {
 // Bulk copies (the TMA engine, no per-thread copy instructions in the loop): `bytes` (a multiple of
 // 16, both addresses 16-byte aligned) from global to shared memory, counted on an mbarrier.
 __device__ __forceinline__ void bulk_copy(void* dst, const void* src, int bytes, uint64_t* bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
-                 ::"r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(src), "r"(bytes),
-                 "r"((uint32_t)__cvta_generic_to_shared(bar)) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                     (uint32_t)__cvta_generic_to_shared(dst)),
+                 "l"(src), "r"(bytes), "r"((uint32_t)__cvta_generic_to_shared(bar))
+                 : "memory");
 }
 // The same for a 2-D box of a tensor map: the box at element (x, y), written densely.
 __device__ __forceinline__ void tma_copy_2d(void* dst, const CUtensorMap* map, int x, int y, uint64_t* bar) {
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
-                 ::"r"((uint32_t)__cvta_generic_to_shared(dst)), "l"((uint64_t)map), "r"(x), "r"(y),
-                 "r"((uint32_t)__cvta_generic_to_shared(bar)) : "memory");
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::
+            "r"((uint32_t)__cvta_generic_to_shared(dst)),
+        "l"((uint64_t)map), "r"(x), "r"(y), "r"((uint32_t)__cvta_generic_to_shared(bar))
+        : "memory");
 }
 // mbarriers: a phase completes when `count` arrivals (and the bytes an expect_tx announced) are in.
 __device__ __forceinline__ void bar_init(uint64_t* bar, int count) {
@@ -168,16 +172,22 @@ __device__ __forceinline__ void bar_init(uint64_t* bar, int count) {
                  : "memory");
 }
 __device__ __forceinline__ void bar_expect(uint64_t* bar, int bytes) {  // one arrival, plus bytes to come
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n"
-                 ::"r"((uint32_t)__cvta_generic_to_shared(bar)), "r"(bytes) : "memory");
+    asm volatile(
+        "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"((uint32_t)__cvta_generic_to_shared(bar)),
+        "r"(bytes)
+        : "memory");
 }
 __device__ __forceinline__ void bar_arrive(uint64_t* bar) {  // one arrival (release: this thread's writes before it)
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"((uint32_t)__cvta_generic_to_shared(bar)) : "memory");
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"((uint32_t)__cvta_generic_to_shared(bar))
+                 : "memory");
 }
 __device__ __forceinline__ void bar_wait(uint64_t* bar, int parity) {
-    asm volatile("{\n.reg .pred p;\nWAIT_%=:\n"
-                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-                 "@!p bra WAIT_%=;\n}\n" ::"r"((uint32_t)__cvta_generic_to_shared(bar)), "r"(parity) : "memory");
+    asm volatile(
+        "{\n.reg .pred p;\nWAIT_%=:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+        "@!p bra WAIT_%=;\n}\n" ::"r"((uint32_t)__cvta_generic_to_shared(bar)),
+        "r"(parity)
+        : "memory");
 }
 #endif
 
@@ -247,7 +257,8 @@ __device__ __forceinline__ void store_acc(float* C, const float (&acc)[64], int 
             const int n = n0 + tok + 8 * h, m = m0 + 8 * j + 2 * t;
             if (n >= N) continue;
             float* out = C + (int64_t)n * M + m;
-            if (m + 1 < M && M % 2 == 0) *(float2*)out = make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+            if (m + 1 < M && M % 2 == 0)
+                *(float2*)out = make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
             else {
                 if (m < M) out[0] = acc[4 * j + 2 * h];
                 if (m + 1 < M) out[1] = acc[4 * j + 2 * h + 1];
@@ -281,8 +292,9 @@ inline PFN_encode tensor_map_encoder() {
 template <class WF, class Launch>
 void wgmma_prepare_and_launch(const GemmProblem& p, cudaStream_t stream, Launch launch) {
 #if !defined(QG_HAS_SM90A)
-    throw std::runtime_error("the wgmma kernels need code for sm_90a, and this build has none: build on a "
-                             "compute capability 9.0 GPU with TORCH_CUDA_ARCH_LIST unset, or set it to 9.0a");
+    throw std::runtime_error(
+        "the wgmma kernels need code for sm_90a, and this build has none: build on a "
+        "compute capability 9.0 GPU with TORCH_CUDA_ARCH_LIST unset, or set it to 9.0a");
 #endif
     int dev = 0, major = 0, minor = 0;
     cudaGetDevice(&dev);
@@ -310,8 +322,7 @@ void wgmma_prepare_and_launch(const GemmProblem& p, cudaStream_t stream, Launch 
     }
     for (int t0 = 0; t0 < tiles; t0 += 65535) {  // gridDim.y is capped at 65535
         const dim3 grid((p.M + BM - 1) / BM, std::min(65535, tiles - t0));
-        launch(grid, ws + (int64_t)t0 * steps * QG_WGMMA_UNIT_BYTES, wmap, p.C + (int64_t)t0 * BN * p.M,
-               p.N - t0 * BN);
+        launch(grid, ws + (int64_t)t0 * steps * QG_WGMMA_UNIT_BYTES, wmap, p.C + (int64_t)t0 * BN * p.M, p.N - t0 * BN);
     }
 }
 }  // namespace wg
