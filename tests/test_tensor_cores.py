@@ -75,7 +75,8 @@ def test_fused_kernels_are_deterministic_on_a_large_shape(kernel):
     assert torch.equal(C1, C2)
 
 
-WGMMA = [k for k in qk.KERNELS.values() if "wgmma" in k.name]
+SPLITK = [k for k in qk.KERNELS.values() if k.name.endswith("_splitk")]
+WGMMA = [k for k in qk.KERNELS.values() if "wgmma" in k.name and k not in SPLITK]
 
 
 @requires_cuda
@@ -95,6 +96,36 @@ def test_wgmma_equals_mma_bit_for_bit(kernel, dist, M, N, K):
     C = qk.gemm(At, Wq, kernel)
     C_mma = qk.gemm(At, Wq, re.sub(r"wgmma.*", "mma", kernel))
     assert torch.equal(C, C_mma), f"{(C != C_mma).sum().item()} of {C.numel()} outputs differ"
+
+
+@requires_cuda
+@pytest.mark.parametrize("kernel", [kernel_param(k) for k in SPLITK])
+@pytest.mark.parametrize("dist", ["normal", "outliers", "tiny", "huge", "zeros"])
+@pytest.mark.parametrize(
+    "M,N,K",
+    [(300, 261, 512), (256, 100, 14336), (33, 17, 21760), (4096, 64, 4096), (131, 1, 8192), (1000, 3, 14336)],
+    ids=lambda v: str(v),
+)
+def test_splitk_regroups_the_fourth_steps_sums(kernel, dist, M, N, K):
+    """The split-K step adds the fourth step's block products in other groups (one per split, then
+    the splits in order): below K = 4096 (16 K steps) there is one split and the bits are the same;
+    above, outputs differ by float32 regrouping only: 2e-6 of the largest |output|, where the
+    products' rounding is already about 1e-7 of each partial sum."""
+    from quantgemm_kernels.testing import kernel_inputs
+
+    k = qk.KERNELS[kernel]
+    A, W = kernel_inputs(k, M, N, K, dist, seed=M + N + K)
+    At, Wq = torch.from_numpy(A).cuda(), qk.quantize(torch.from_numpy(W).cuda(), k.wfmt)
+    C = qk.gemm(At, Wq, kernel)
+    C_ws = qk.gemm(At, Wq, kernel.replace("_splitk", "_ws"))
+    if K < 4096:
+        assert torch.equal(C, C_ws), f"{(C != C_ws).sum().item()} of {C.numel()} outputs differ with one split"
+        return
+    fin = torch.isfinite(C_ws)
+    assert torch.equal(torch.isfinite(C), fin), "the splits make other outputs non-finite"
+    scale = C_ws[fin].abs().max().item() if fin.any() else 0.0
+    err = (C[fin] - C_ws[fin]).abs().max().item() if fin.any() else 0.0
+    assert err <= 2e-6 * scale, f"max |split-K - one CTA per tile| = {err:.3g}, largest |output| {scale:.3g}"
 
 
 @requires_cuda

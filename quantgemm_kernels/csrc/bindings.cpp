@@ -262,7 +262,11 @@ at::Tensor gemm_cuda(const at::Tensor& A, const at::Tensor& W, c10::string_view 
     at::Tensor workspace;  // chapter 6 kernels quantize A into it (freed when the call returns:
                            // the caching allocator keeps it for the next call, stream-ordered)
     if (k->formats.a == QG_F32_AS_Q8_1) {
-        workspace = at::empty({(int64_t)act_workspace_bytes(N, K)}, A.options().dtype(at::kByte));
+        // The split-K step (8_wgmma_splitk.cu) keeps its partial sums there too, after the activations.
+        const bool splitk = kernel.size() > 7 && kernel.compare(kernel.size() - 7, 7, "_splitk") == 0;
+        const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+        const size_t bytes = splitk ? splitk_workspace_bytes(N, M, K, sms) : act_workspace_bytes(N, K);
+        workspace = at::empty({(int64_t)bytes}, A.options().dtype(at::kByte));
         p.workspace = workspace.data_ptr();
     }
     k->fn(p, at::cuda::getCurrentCUDAStream());

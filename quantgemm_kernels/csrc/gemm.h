@@ -42,6 +42,27 @@ inline size_t act_workspace_bytes(int64_t N, int64_t K) {
     return most > wgmma ? most : wgmma;
 }
 
+// Split-K of the fifth wgmma step (cuda/06_decode_tensor_cores/8_wgmma_splitk.cu): a tile's K steps
+// of 8 blocks are shared by `splits` CTAs, enough to give every SM one CTA when the tiles alone
+// leave most idle (M = 4096, N <= 128: 32 tiles for 132 SMs), each CTA keeping at least
+// QG_SPLITK_MIN_STEPS steps. The partial sums, splits planes of N x M floats, follow the
+// activation units in the workspace, at splitk_offset.
+constexpr int QG_SPLITK_MAX = 8, QG_SPLITK_MIN_STEPS = 8;
+inline int wgmma_splits(int64_t N, int64_t M, int64_t K, int sms) {
+    const int64_t tiles = ((M + QG_WGMMA_TILE_TOKENS - 1) / QG_WGMMA_TILE_TOKENS) *
+                          ((N + QG_WGMMA_TILE_TOKENS - 1) / QG_WGMMA_TILE_TOKENS);
+    const int64_t steps = (K / QK + 7) / 8;
+    int64_t s = sms / (tiles > 0 ? tiles : 1);
+    if (s > steps / QG_SPLITK_MIN_STEPS) s = steps / QG_SPLITK_MIN_STEPS;
+    if (s > QG_SPLITK_MAX) s = QG_SPLITK_MAX;
+    return s < 1 ? 1 : (int)s;
+}
+inline size_t splitk_offset(int64_t N, int64_t K) { return (act_workspace_bytes(N, K) + 255) / 256 * 256; }
+inline size_t splitk_workspace_bytes(int64_t N, int64_t M, int64_t K, int sms) {
+    const int s = wgmma_splits(N, M, K, sms);
+    return splitk_offset(N, K) + (s > 1 ? (size_t)s * N * M * sizeof(float) : 0);
+}
+
 typedef void (*CpuGemmFn)(const GemmProblem& p, int m_begin, int m_end);
 
 // ---- CPU quantizers (cpu/quantize.cpp), one pair per row of formats.def: rows of K floats <->
