@@ -28,6 +28,9 @@ TYPES = {
     "GGML_TYPE_Q4_1": 3,
     "GGML_TYPE_Q8_0": 8,
     "GGML_TYPE_Q8_1": 9,
+    "GGML_TYPE_Q4_K": 12,
+    "GGML_TYPE_Q6_K": 14,
+    "GGML_TYPE_Q8_K": 15,
 }
 
 

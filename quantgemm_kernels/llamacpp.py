@@ -49,9 +49,19 @@ _GGML_TYPE_NAMES = {
     "q4_1": "GGML_TYPE_Q4_1",
     "q8_0": "GGML_TYPE_Q8_0",
     "q8_1": "GGML_TYPE_Q8_1",
+    "q4_k": "GGML_TYPE_Q4_K",
+    "q6_k": "GGML_TYPE_Q6_K",
+    "q8_k": "GGML_TYPE_Q8_K",
 }
+#: formats llama.cpp never stores in a file (activations): no ggml_quantize_chunk for them; their
+#: reference quantizer is quantize_row_<type>_ref (the type traits' from_float_ref for Q8_1; Q8_K's
+#: traits have none, so the function is called by its exported name)
+_NOT_STORED = ("q8_1", "q8_k")
+#: ggml's spelling of a type in its function names (quantize_row_q4_K_ref)
+_C_NAMES = {"q4_k": "q4_K", "q6_k": "q6_K", "q8_k": "q8_K"}
 WEIGHT_FORMATS = ("f32", "q4_0", "q8_0")  #: the weight formats the benchmarks compare (chapters 5-6)
-MUL_MAT_FORMATS = (*WEIGHT_FORMATS, "q4_1")  #: weight formats ggml_mul_mat accepts here (Q4_1: chapter 7)
+#: weight formats ggml_mul_mat accepts here (Q4_1: chapter 7; the K-quants Q4_K and Q6_K: chapter 8)
+MUL_MAT_FORMATS = (*WEIGHT_FORMATS, "q4_1", "q4_k", "q6_k")
 
 # test-backend-ops perf: enough repeated nodes per graph to reach this many flops (8 GFLOP on a
 # CPU backend, 100 GFLOP on a GPU one), so that the per-graph launch cost is amortised.
@@ -316,10 +326,11 @@ def _float_ptr(x: np.ndarray):
 def ggml_quantize(x, fmt: str, ref: bool = True) -> np.ndarray:
     """ggml's quantizer: float32 ``[rows, K]`` -> uint8 ``[rows, K/32 * block_bytes]``.
 
-    ``ref=True`` (default), the reference quantizers our formats follow. Q4_0/Q8_0:
-    ``ggml_quantize_chunk`` (what llama-quantize calls; with no importance matrix it runs
-    ``quantize_row_*_ref``). Q8_1 is never stored in a file, so it has no chunk quantizer: we
-    call its type traits' ``from_float_ref``, ``quantize_row_q8_1_ref`` (s = d * sum(q)).
+    ``ref=True`` (default), the reference quantizers our formats follow. Q4_0, Q4_1, Q8_0, Q4_K,
+    Q6_K: ``ggml_quantize_chunk`` (what llama-quantize calls; with no importance matrix it runs
+    ``quantize_row_*_ref``). Q8_1 and Q8_K are never stored in a file, so they have no chunk
+    quantizer: we call their type traits' ``from_float_ref``, ``quantize_row_q8_1_ref`` (s = d *
+    sum(q)) and ``quantize_row_q8_K_ref``.
 
     ``ref=False``: the CPU backend's own ``from_float`` (SIMD), the one ``mul_mat`` applies to
     the activations. It computes ``127 / amax`` instead of ``1 / (amax / 127)`` and may round a
@@ -334,11 +345,46 @@ def ggml_quantize(x, fmt: str, ref: bool = True) -> np.ndarray:
     dst = out.ctypes.data_as(ctypes.c_void_p)
     if not ref:
         _type_traits_cpu(g, _type(g, fmt)).from_float(_float_ptr(x), dst, rows * K)
-    elif fmt == "q8_1":
-        _type_traits(g, _type(g, "q8_1")).from_float_ref(_float_ptr(x), dst, rows * K)
+    elif fmt in _NOT_STORED:
+        _row_function(g, fmt, "from_float_ref", "quantize_row_{}_ref", _from_float_t)(_float_ptr(x), dst, rows * K)
     else:
         g.ggml_quantize_chunk(_type(g, fmt), _float_ptr(x), dst, 0, rows, K, None)
     return out
+
+
+def ggml_dequantize(q, fmt: str) -> np.ndarray:
+    """ggml's dequantizer (``dequantize_row_*``, the type traits' ``to_float``): uint8 blocks
+    ``[rows, K/block_size * block_bytes]`` -> float32 ``[rows, K]``."""
+    g = _ggml()
+    if fmt not in F.SPECS:
+        raise ValueError(f"fmt must be one of {F.FORMATS}, got {fmt!r}")
+    if hasattr(q, "detach"):
+        q = q.detach().cpu().numpy()
+    q = np.ascontiguousarray(q)
+    if q.dtype != np.uint8 or q.ndim != 2:
+        raise ValueError(f"q must be uint8 [rows, row bytes], got {q.dtype} {q.shape}")
+    K = F.spec(fmt).k_of(q.shape[1])  # raises unless the rows are whole blocks
+    out = np.zeros((q.shape[0], K), np.float32)
+    to_float = _row_function(g, fmt, "to_float", "dequantize_row_{}", _to_float_t)
+    to_float(q.ctypes.data_as(ctypes.c_void_p), _float_ptr(out), q.shape[0] * K)
+    return out
+
+
+def _row_function(g, fmt: str, trait: str, c_name: str, proto):
+    """A row function of ggml's type ``fmt``: the type traits' ``trait`` (from_float_ref, to_float)
+    where it is set, else the exported C function ``c_name`` (``quantize_row_q8_K_ref``: Q8_K's
+    traits name neither). Raises :class:`GgmlUnavailable` rather than call a null pointer."""
+    fn = getattr(_type_traits(g, _type(g, fmt)), trait)
+    if fn:
+        return fn
+    name = c_name.format(_C_NAMES.get(fmt, fmt))
+    argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_float), ctypes.c_int64]
+    if trait == "from_float_ref":
+        argtypes = [ctypes.POINTER(ctypes.c_float), ctypes.c_void_p, ctypes.c_int64]
+    fn = _c_function(g, name, argtypes, None, prefer_package=False)
+    if fn is None:
+        raise GgmlUnavailable(f"this ggml has no {trait} for {fmt} and does not export {name}")
+    return fn
 
 
 def ggml_vec_dot_type(wfmt: str) -> str:
@@ -716,6 +762,7 @@ __all__ = [
     "MulMatRunner",
     "WEIGHT_FORMATS",
     "available",
+    "ggml_dequantize",
     "ggml_mul_mat",
     "ggml_quantize",
     "ggml_vec_dot",

@@ -346,7 +346,7 @@ class Side:
 def _weight_bytes(wfmt: str, M: int, K: int) -> int:
     from . import formats as F
 
-    return M * (K // F.QK) * F.BLOCK_BYTES[wfmt]
+    return M * F.row_bytes(wfmt, K)
 
 
 def measure_shape(

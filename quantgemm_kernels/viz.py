@@ -277,6 +277,11 @@ def draw_block_layout(fmt: str, ax=None, n_blocks: int = 1):
     plt = _pyplot()
     if fmt not in F.BLOCK_DTYPES:
         raise ValueError(f"fmt must be one of {F.FORMATS}, got {fmt!r}")
+    if F.SPECS[fmt].block_size != F.QK:
+        raise ValueError(
+            f"draw_block_layout draws the 32-value blocks byte by byte; {fmt} is a super-block of "
+            f"{F.SPECS[fmt].block_size} values ({F.BLOCK_BYTES[fmt]} bytes)"
+        )
     if n_blocks < 1:
         raise ValueError(f"n_blocks must be >= 1, got {n_blocks}")
     bb = F.BLOCK_BYTES[fmt]

@@ -2,6 +2,18 @@
 
 Three implementations of ours (numpy spec, C++, CUDA) and two of llama.cpp's (gguf's numpy
 quantizers, ggml's C through ggml-python) must all give the same bytes.
+
+The K-quants (Q4_K, Q6_K, Q8_K; super-blocks of 256) are checked against ggml's reference
+quantizers, ``quantize_row_q4_K_ref``, ``quantize_row_q6_K_ref`` (through ``ggml_quantize_chunk``
+with no importance matrix, as llama-quantize without --imatrix) and ``quantize_row_q8_K_ref``
+(called by name: Q8_K is never stored), in the ggml that ``quantgemm_kernels.llamacpp`` loads:
+ggml-python 0.0.45's ggml 0.15.3 by default, or the standalone ggml 0.25.3 build from the
+llama-cpp-python 0.3.36 sdist where ``QUANTGEMM_GGML_LIB`` names it (both builds compile
+ggml-quants.c without FMA contraction; the search loops of make_qkx2_quants and make_qx_quants
+are float32 and order-sensitive, so the spec repeats their order exactly, and every byte is
+compared). gguf-py has no K-quant quantizer; its dequantizers (``gguf.quants``) and ggml's
+``dequantize_row_*`` check ours. ggml leaves a Q8_K block of zeros' ``bsums`` unwritten; we write
+zeros and give ggml zeroed memory.
 """
 
 import re
@@ -16,7 +28,7 @@ from quantgemm_kernels import formats as F
 from quantgemm_kernels.testing import DISTRIBUTIONS, make_values
 
 from conftest import DEVICES
-from ggml_ref import ggml_quantize, gguf_quantize
+from ggml_ref import GGUF_DEQUANTIZERS, ggml_dequantize, ggml_quantize, gguf_dequantize, gguf_quantize
 
 
 def edge_rows() -> np.ndarray:
@@ -60,17 +72,66 @@ CASES = list(sample_inputs())
 IDS = [c[0] for c in CASES]
 
 
+def edge_rows_k() -> np.ndarray:
+    """Rows for the K-quants' super-blocks of 256: the 32-value edge blocks of :func:`edge_rows`
+    side by side (sub-blocks of one super-block, padded with a normal block), each of them repeated
+    to fill a super-block of its own, and super-blocks built for the K-quant rules: a positive
+    constant (the min is clamped to 0), a negative constant (make_qkx2_quants' flat case), one
+    sub-block dominating the others (their 6-bit scales round to 0 and keep the search's quants),
+    one 16-value group dominating (Q6_K's int8 scales round to 0), exact halves under a unit scale
+    (nearest_int rounds half to even), equal +-maxima, x^2 overflowing float32 (inf weights and
+    NaN sums in ggml's search: the bytes must still match) and values whose squares underflow."""
+    e = edge_rows().reshape(-1, 32)
+    rng = np.random.default_rng(10)
+    supers = [np.concatenate([e.reshape(-1), rng.standard_normal(512 - e.size)])]
+    supers += [np.tile(b, 8) for b in e]
+    supers.append(np.full(256, 3.0))
+    supers.append(np.full(256, -2.0))
+    b = rng.standard_normal(256)
+    b[:32] *= 1000.0
+    supers.append(b)
+    b = rng.standard_normal(256) * 1e-3
+    b[100:116] = rng.standard_normal(16) * 10.0
+    supers.append(b)
+    b = np.concatenate([[-127.0], np.arange(255) % 64 - 31.5])  # Q8_K: d = 1, every value a .5 tie
+    supers.append(b)
+    b = np.zeros(256)
+    b[7], b[200] = 2.0, -2.0  # equal + and - maxima: the first wins
+    supers.append(b)
+    b = rng.standard_normal(256)
+    b[40:72] = np.abs(b[40:72]) + 1.0  # sub-blocks of positive values only
+    b[72:104] = -np.abs(b[72:104]) - 1.0
+    supers.append(b)
+    supers.append(rng.standard_normal(256) * 3e19)  # x*x overflows float32
+    supers.append(rng.standard_normal(256) * 1e-20)  # x*x underflows to 0
+    return np.concatenate(supers).astype(np.float32).reshape(1, -1)
+
+
+def cases_for(fmt: str) -> list:
+    """CASES for 32-value formats; for the K-quants the same random rows (256 wide: one super-block,
+    with the planted zero and large sub-blocks) and :func:`edge_rows_k` instead of :func:`edge_rows`."""
+    if F.SPECS[fmt].block_size == F.QK:
+        return CASES
+    return [c for c in CASES if c[0] != "edges"] + [("edges", edge_rows_k())]
+
+
+K_CASES = [(fmt, name, x) for fmt in F.K_FORMATS for name, x in cases_for(fmt)]
+K_IDS = [f"{fmt}-{name}" for fmt, name, _ in K_CASES]
+
+
 def test_block_sizes_match_c_header():
     """formats.py mirrors csrc/formats.h: sizes, field order and offsets."""
     header = (Path(F.__file__).parent / "csrc" / "formats.h").read_text()
     for fmt, size in F.BLOCK_BYTES.items():
         assert re.search(rf"sizeof\(block_{fmt}\) == {size}\b", header), fmt
-    assert F.BLOCK_BYTES == {"q4_0": 18, "q4_1": 20, "q8_0": 34, "q8_1": 36}
+    want = {"q4_0": 18, "q4_1": 20, "q8_0": 34, "q8_1": 36, "q4_k": 144, "q6_k": 210, "q8_k": 292}
+    assert F.BLOCK_BYTES == want
     assert F.BLOCK_DTYPES["q8_1"].fields["qs"][1] == 4  # quants at byte 4 (after d and s)
     assert F.BLOCK_DTYPES["q4_0"].fields["qs"][1] == 2  # at byte 2: only 2-byte aligned
     for fmt in F.FORMATS:  # field order in the C struct is the numpy field order
         struct = re.search(rf"struct block_{fmt} \{{(.*?)\}};", header, re.S).group(1)
-        names = re.findall(r"\b(d|s|m|qs)\b(?:\[[^\]]*\])?;", struct)
+        struct = re.sub(r"//[^\n]*", "", struct)  # the comments
+        names = re.findall(r"\b(\w+)\b(?:\[[^\]]*\])?;", struct)
         assert tuple(names) == F.BLOCK_DTYPES[fmt].names, (fmt, names)
 
 
@@ -133,16 +194,111 @@ def test_compiled_matches_spec(name, x, fmt, q8_1_sum, device):
         want_deq = F.dequantize(want, fmt)
     got = qk.quantize(torch.from_numpy(x).to(device), fmt, q8_1_sum=q8_1_sum)
     assert got.dtype == torch.uint8 and got.device.type == device
-    assert tuple(got.shape) == (x.shape[0], x.shape[1] // 32 * F.BLOCK_BYTES[fmt])
+    assert tuple(got.shape) == (x.shape[0], F.row_bytes(fmt, x.shape[1]))
     np.testing.assert_array_equal(got.cpu().numpy(), want)
     np.testing.assert_array_equal(qk.dequantize(got, fmt).cpu().numpy(), want_deq)
+
+
+@pytest.mark.parametrize("fmt,name,x", K_CASES, ids=K_IDS)
+def test_k_quants_spec_matches_ggml(fmt, name, x):
+    """Q4_K, Q6_K, Q8_K: every byte equal to ggml's reference quantizer's (module docstring: which)."""
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(F.quantize(x, fmt), ggml_quantize(x, fmt))
+
+
+@pytest.mark.filterwarnings("ignore:max |x|")
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("fmt,name,x", K_CASES, ids=K_IDS)
+def test_k_quants_compiled_matches_spec(fmt, name, x, device):
+    """The C++ quantizers and dequantizers of the K-quants give the spec's bytes and values. The CUDA
+    ones do not exist yet: a CUDA tensor is refused with a clear error."""
+    with np.errstate(all="ignore"):
+        want = F.quantize(x, fmt)
+        want_deq = F.dequantize(want, fmt)
+    xt = torch.from_numpy(x).to(device)
+    if device == "cuda":
+        with pytest.raises(ValueError, match="no CUDA quantizer"):
+            qk.quantize(xt, fmt)
+        return
+    got = qk.quantize(xt, fmt, check_finite=False)
+    assert tuple(got.shape) == (x.shape[0], F.row_bytes(fmt, x.shape[1]))
+    np.testing.assert_array_equal(got.numpy(), want)
+    np.testing.assert_array_equal(qk.dequantize(got, fmt).numpy().view(np.uint32), want_deq.view(np.uint32))
+
+
+def _random_blocks(fmt: str, n: int, seed: int) -> np.ndarray:
+    """n blocks of random bytes (every packing pattern of scales and quants), one per row, with the
+    float scale fields set to finite random values so that the values are finite."""
+    rng = np.random.default_rng(seed)
+    f = F.SPECS[fmt]
+    b = rng.integers(0, 256, (n, f.block_bytes), dtype=np.uint8).view(f.dtype).reshape(n)
+    for name in f.header:
+        b[name] = rng.standard_normal(n).astype(b.dtype[name]) * 0.01
+    return b.view(np.uint8).reshape(n, f.block_bytes)
+
+
+@pytest.mark.parametrize("fmt", ["q4_0", "q4_1", "q8_0", *F.K_FORMATS])
+def test_dequantizers_match_llama_cpp_on_any_bytes(fmt):
+    """Our dequantizers (numpy spec and C++) give ggml's dequantize_row_* and gguf-py's values, bit
+    for bit, on random bytes: every 6-bit scale/min packing of Q4_K, every ql/qh split of Q6_K."""
+    q = _random_blocks(fmt, 4096, seed=len(fmt) + 7)
+    ours = F.dequantize(q, fmt)
+    np.testing.assert_array_equal(ours.view(np.uint32), ggml_dequantize(q, fmt).view(np.uint32))
+    if fmt in GGUF_DEQUANTIZERS:
+        np.testing.assert_array_equal(ours.view(np.uint32), gguf_dequantize(q, fmt).view(np.uint32))
+    np.testing.assert_array_equal(qk.dequantize(torch.from_numpy(q), fmt).numpy().view(np.uint32), ours.view(np.uint32))
+
+
+def test_q4_k_scale_packing_by_hand():
+    """The 12 scale bytes of Q4_K: scales j < 4 in the low 6 bits of bytes 0-3 (mins: bytes 4-7);
+    scales j >= 4 split into a low nibble in byte j + 4 and their top 2 bits in byte j - 4's top
+    bits (mins: the high nibble of byte j + 4, top bits of byte j). Written out for two values."""
+    sc = np.array([[1, 2, 3, 63, 0b110101, 5, 6, 7]], np.uint8)
+    m = np.array([[9, 10, 11, 12, 13, 0b101110, 15, 63]], np.uint8)
+    packed = F._pack_q4_k_scales(sc, m)[0]
+    assert packed[4 + 4] == (0b0101 | (13 << 4))  # scale 4's low nibble, min 4's low nibble
+    assert packed[0] >> 6 == 0b11 and packed[0] & 63 == 1  # scale 4's top bits above scale 0
+    assert packed[9] >> 4 == 0b1110 and packed[5] >> 6 == 0b10  # min 5: low nibble, top bits
+    back_sc, back_m = F.q4_k_scale_min(packed)
+    np.testing.assert_array_equal(back_sc, sc[0])
+    np.testing.assert_array_equal(back_m, m[0])
+
+
+@pytest.mark.parametrize("fmt", ["q4_k", "q6_k"])
+def test_k_quants_round_to_the_nearest_step_of_the_stored_scales(fmt):
+    """After the scale search, ggml recomputes every quant from the stored scales: a value inside
+    its sub-block's grid is within half a step (d * scale) of the value it dequantizes to, plus
+    float32 rounding; a value outside the grid sits at its end (quant 0 or 15; 0 or 63 for Q6_K).
+    Sub-blocks whose scale rounds to 0 keep the search's quants and dequantize to 0 (or -dmin * m)."""
+    x = make_values((16, 1024), "normal", 11)
+    q = F.quantize(x, fmt)
+    y = F.dequantize(q, fmt).reshape(-1, 32 if fmt == "q4_k" else 16)
+    b = F.as_blocks(q, fmt).reshape(-1)
+    quants = F.unpack_quants(q, fmt).reshape(y.shape)
+    if fmt == "q4_k":
+        sc, m = F.q4_k_scale_min(b["scales"])
+        step = (b["d"].astype(np.float32)[:, None] * sc).reshape(-1)
+        lo = -(b["dmin"].astype(np.float32)[:, None] * m).reshape(-1)
+        top = 15
+    else:
+        step = (b["d"].astype(np.float32)[:, None] * b["scales"]).reshape(-1)
+        lo, top = -32 * step, 63
+    xs = x.reshape(y.shape)
+    live = step != 0
+    assert live.mean() > 0.9  # the check below covers most sub-blocks
+    err = np.abs(y - xs)[live] / np.abs(step[live])[:, None]
+    inside = (xs[live] - lo[live][:, None]) / step[live][:, None]  # the value in steps above the grid's start
+    below, above = inside < 0.5 - 1e-3, inside > top - 0.5 + 1e-3
+    assert below.any() and above.any()  # the ends are exercised
+    assert (err[~below & ~above] <= 0.5 + 1e-3).all()
+    assert (quants[live][below] == 0).all() and (quants[live][above] == top).all()
 
 
 @pytest.mark.parametrize("fmt", F.FORMATS)
 def test_blocks_where_llama_cpp_is_undefined(fmt):
     """max |x| < 3.7e-37: 1/d overflows and llama.cpp casts inf to an integer (undefined
     behaviour). We quantize such a block as zeros; it dequantizes to 0 in both."""
-    x = np.full((1, 32), np.finfo(np.float32).tiny, np.float32)
+    x = np.full((1, F.SPECS[fmt].block_size), np.finfo(np.float32).tiny, np.float32)
     ours = F.quantize(x, fmt)
     np.testing.assert_array_equal(F.dequantize(ours, fmt), 0)
     with np.errstate(invalid="ignore"):
@@ -173,7 +329,7 @@ def test_q4_0_layout_low_nibble_then_high():
     assert b["qs"][0] == 0 | (8 << 4)
 
 
-@pytest.mark.parametrize("fmt", F.FORMATS)
+@pytest.mark.parametrize("fmt", [f for f in F.FORMATS if F.SPECS[f].block_size == F.QK])
 def test_roundtrip_error_is_bounded(fmt):
     """Dequantized values are within about half a quantization step of the input."""
     x = make_values((16, 512), "normal", 11, plant_edge_blocks=False)

@@ -23,8 +23,8 @@ from quantgemm_kernels import formats as F
 from ggml_ref import ggml_quantize
 
 
-def block_with(value, pos):
-    x = np.linspace(-1, 1, 32, dtype=np.float32).reshape(1, 32)
+def block_with(value, pos, size=32):
+    x = np.linspace(-1, 1, size, dtype=np.float32).reshape(1, size)
     x[0, pos] = value
     return x
 
@@ -49,16 +49,19 @@ def test_llama_cpp_makes_a_last_nan_the_scale_and_an_inf_infinite():
 @pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
 def test_we_reject_non_finite_input(fmt, value):
     with pytest.raises(ValueError, match="NaN or Inf"):
-        qk.quantize(torch.from_numpy(block_with(value, 5)), fmt)
+        qk.quantize(torch.from_numpy(block_with(value, 5, F.SPECS[fmt].block_size)), fmt)
 
 
 @pytest.mark.parametrize("fmt", F.FORMATS)
 def test_validate_blocks_rejects_non_finite_scales(fmt):
-    q = qk.quantize(torch.randn(3, 64), fmt)
+    f = F.SPECS[fmt]
+    q = qk.quantize(torch.randn(3, 2 * f.block_size), fmt)
     qk.validate_blocks(q, fmt)  # fine
     bad = q.clone()
     bb = F.BLOCK_BYTES[fmt]
-    bad[1, bb : bb + 2] = torch.tensor([0x00, 0x7C], dtype=torch.uint8)  # fp16 +inf as the d of block 3
+    ftype, off = f.dtype.fields["d"][:2]  # +inf as the d of block 3 (fp16; float32 for Q8_K)
+    inf = [0x00, 0x7C] if ftype == np.float16 else [0x00, 0x00, 0x80, 0x7F]
+    bad[1, bb + off : bb + off + len(inf)] = torch.tensor(inf, dtype=torch.uint8)
     with pytest.raises(ValueError, match="block 3 \\(row 1\\) has a non-finite scale"):
         qk.validate_blocks(bad, fmt)
 

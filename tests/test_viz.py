@@ -76,7 +76,7 @@ def test_plot_roofline_points_and_roof():
         viz.plot_roofline(res, 0.0, 100.0, "bad peak")
 
 
-@pytest.mark.parametrize("fmt", F.FORMATS)
+@pytest.mark.parametrize("fmt", [f for f in F.FORMATS if F.SPECS[f].block_size == F.QK])
 @pytest.mark.parametrize("n_blocks", [1, 3])
 def test_draw_block_layout(fmt, n_blocks):
     fig = viz.draw_block_layout(fmt, n_blocks=n_blocks)
@@ -95,6 +95,8 @@ def test_draw_block_layout(fmt, n_blocks):
 def test_draw_block_layout_rejects_unknown_format():
     with pytest.raises(ValueError):
         viz.draw_block_layout("q5_0")
+    with pytest.raises(ValueError, match="super-block of 256 values"):
+        viz.draw_block_layout("q4_k")
 
 
 def test_sample_values_seeded_and_validated():

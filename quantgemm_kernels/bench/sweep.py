@@ -39,8 +39,8 @@ from .timing import Timing, time_callable
 
 def bytes_moved(k: Kernel, M: int, N: int, K: int) -> int:
     """The fewest bytes a kernel must move: weights, activations (as the kernel reads them) and C."""
-    wbytes = M * K * 4 if k.wfmt == "f32" else M * (K // F.QK) * F.BLOCK_BYTES[k.wfmt]
-    abytes = N * K * 4 if k.afmt == "f32" or k.fused_quant else N * (K // F.QK) * F.BLOCK_BYTES[k.afmt]
+    wbytes = M * K * 4 if k.wfmt == "f32" else M * F.row_bytes(k.wfmt, K)
+    abytes = N * K * 4 if k.afmt == "f32" or k.fused_quant else N * F.row_bytes(k.afmt, K)
     return wbytes + abytes + N * M * 4
 
 

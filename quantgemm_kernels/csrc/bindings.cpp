@@ -33,15 +33,18 @@ namespace {
 
 // qg_str, QG_CHECK and check_launch come from check.h (no iostreams in error messages: see there).
 
-// The formats, from formats.def: name, id, values and bytes per block.
+// The formats, from formats.def: name, id, values and bytes per block, whether CUDA code exists.
 struct FormatInfo {
     const char* name;
     QgFormat fmt;
     int64_t block_values, block_bytes;
+    bool on_cuda;
 };
 const FormatInfo FORMATS[] = {
-#define QG_FORMAT(name, id, block, qk) {#name, id, qk, (int64_t)sizeof(block)},
+#define QG_FORMAT(name, id, block, qk)          {#name, id, qk, (int64_t)sizeof(block), true},
+#define QG_FORMAT_CPU_ONLY(name, id, block, qk) {#name, id, qk, (int64_t)sizeof(block), false},
 #include "formats.def"
+#undef QG_FORMAT_CPU_ONLY
 #undef QG_FORMAT
 };
 
@@ -210,6 +213,7 @@ at::Tensor quantize_cuda(const at::Tensor& x, c10::string_view fmt_sv, int64_t s
     const FormatInfo& f = format_info(std::string(fmt_sv));
     check_float_rows(x, "x", f.block_values);
     QG_CHECK(sum_mode == Q8_1_S_D_SUM_Q || sum_mode == Q8_1_S_SUM_X, "bad q8_1 sum mode ", sum_mode);
+    QG_CHECK(f.on_cuda, "format ", f.name, " has no CUDA quantizer yet: quantize on the CPU");
     const c10::cuda::CUDAGuard guard(x.device());
     const int64_t rows = x.size(0), K = x.size(1);
     at::Tensor q = at::empty({rows, K / f.block_values * f.block_bytes}, x.options().dtype(at::kByte));
@@ -220,9 +224,11 @@ at::Tensor quantize_cuda(const at::Tensor& x, c10::string_view fmt_sv, int64_t s
     switch (f.fmt) {
 #define QG_FORMAT(name, id, block, qk) \
     case id: cuda_quantize_##name(xp, (block*)qp, rows, K, (int)sum_mode, s); break;
+#define QG_FORMAT_CPU_ONLY(name, id, block, qk)
 #include "formats.def"
+#undef QG_FORMAT_CPU_ONLY
 #undef QG_FORMAT
-        default: break;
+        default: QG_CHECK(false, "format ", f.name, " has no CUDA quantizer");
     }
     check_launch();
     return q;
@@ -231,6 +237,7 @@ at::Tensor quantize_cuda(const at::Tensor& x, c10::string_view fmt_sv, int64_t s
 at::Tensor dequantize_cuda(const at::Tensor& q, c10::string_view fmt_sv) {
     const FormatInfo& f = format_info(std::string(fmt_sv));
     check_block_rows(q, f, "q");
+    QG_CHECK(f.on_cuda, "format ", f.name, " has no CUDA dequantizer yet: dequantize on the CPU");
     const c10::cuda::CUDAGuard guard(q.device());
     const int64_t rows = q.size(0), K = q.size(1) / f.block_bytes * f.block_values;
     at::Tensor y = at::empty({rows, K}, q.options().dtype(at::kFloat));

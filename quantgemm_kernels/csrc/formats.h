@@ -1,4 +1,5 @@
-// formats.h: llama.cpp's block formats Q4_0, Q8_0 and Q8_1, defined once for CPU and CUDA code.
+// formats.h: llama.cpp's block formats (Q4_0, Q4_1, Q8_0, Q8_1; the K-quants Q4_K, Q6_K, Q8_K),
+// defined once for CPU and CUDA code.
 //
 // The layouts are ggml's (ggml-common.h): a block covers 32 consecutive values of one row,
 // stored as an fp16 scale `d` (and for Q8_1 a second fp16 `s`) followed by the quants.
@@ -52,6 +53,57 @@ static_assert(sizeof(block_q4_0) == 18, "Q4_0 block must be 18 bytes, as in ggml
 static_assert(sizeof(block_q4_1) == 20, "Q4_1 block must be 20 bytes, as in ggml");
 static_assert(sizeof(block_q8_0) == 34, "Q8_0 block must be 34 bytes, as in ggml");
 static_assert(sizeof(block_q8_1) == 36, "Q8_1 block must be 36 bytes, as in ggml");
+
+// ---- K-quants (chapter 8): super-blocks of QK_K = 256 values, ggml's block_q4_K, block_q6_K and
+// block_q8_K (ggml-common.h), named in lower case as our format names are.
+//
+//   block_q4_k  144 B  d | dmin | scales[12] | qs[128]
+//       sub-block s (32 values) has a 6-bit scale sc[s] and a 6-bit min m[s], packed in scales
+//       (get_scale_min_k4 below); value = d * sc[s] * nibble - dmin * m[s]. qs[32c + l] holds
+//       value 64c + l in its low nibble and value 64c + 32 + l in its high nibble.
+//   block_q6_k  210 B  ql[128] | qh[64] | scales[16] | d
+//       value = d * scales[j / 16] * (q - 32), q the 6-bit quant: its low 4 bits in ql, its high 2
+//       bits in qh. In each half of 128 values (ql += 64, qh += 32 per half), value 32k + l has
+//       its low bits in ql[l + 32 * (k & 1)] (low nibble for k < 2, high for k >= 2) and its high
+//       bits at bit 2k of qh[l].
+//   block_q8_k  292 B  d (float32) | qs[256] | bsums[16]
+//       value = qs[j] * d; bsums[i] = qs[16i] + ... + qs[16i + 15], for the Q4_K min term.
+#define QK_K 256
+
+struct block_q4_k {
+    fp16_bits d;           // super-block scale of the 6-bit scales
+    fp16_bits dmin;        // super-block scale of the 6-bit mins
+    uint8_t scales[12];    // eight 6-bit scales and eight 6-bit mins, packed
+    uint8_t qs[QK_K / 2];  // nibbles
+};
+struct block_q6_k {
+    uint8_t ql[QK_K / 2];      // low 4 bits of the quants
+    uint8_t qh[QK_K / 4];      // high 2 bits of the quants
+    int8_t scales[QK_K / 16];  // one signed 8-bit scale per 16 values
+    fp16_bits d;               // super-block scale
+};
+struct block_q8_k {
+    float d;                   // scale (float32, not fp16)
+    int8_t qs[QK_K];           // quants
+    int16_t bsums[QK_K / 16];  // sums of 16 quants
+};
+
+static_assert(sizeof(block_q4_k) == 144, "Q4_K block must be 144 bytes, as in ggml");
+static_assert(sizeof(block_q6_k) == 210, "Q6_K block must be 210 bytes, as in ggml");
+static_assert(sizeof(block_q8_k) == 292, "Q8_K block must be 292 bytes, as in ggml");
+
+// The 6-bit scale and min of sub-block j (0..7) of a Q4_K block (ggml's get_scale_min_k4):
+// j < 4: the low 6 bits of scales[j] and scales[j + 4]; j >= 4: a low nibble of scales[j + 4]
+// (scale) or its high nibble (min), and the top 2 bits of scales[j - 4] or scales[j].
+QG_HD void get_scale_min_k4(int j, const uint8_t* q, uint8_t* d, uint8_t* m) {
+    if (j < 4) {
+        *d = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j - 0] >> 6) << 4);
+    }
+}
 
 // Formats as integers, for code that switches on them: QG_F32, then one per row of formats.def,
 // then QG_F32_AS_Q8_1: float32 activations that a kernel quantizes to Q8_1 itself (chapter 6; the

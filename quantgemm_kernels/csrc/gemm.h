@@ -4,7 +4,7 @@
 //   weights      W [M, K]   M = output features      (llama.cpp: m)
 //   activations  A [N, K]   N = tokens (the batch)   (llama.cpp: n)
 //   output       C [N, M] = A @ W^T                  K = the reduction (llama.cpp: k)
-// Rows are contiguous. Quantized rows are K/32 blocks back to back.
+// Rows are contiguous. Quantized rows are K/32 blocks back to back (K/256 super-blocks for the K-quants).
 //
 // Every CPU kernel is   void name(const GemmProblem& p, int m_begin, int m_end);
 //   it computes the columns [m_begin, m_end) of C for all N rows; the binding splits M across
@@ -14,8 +14,8 @@
 #include "formats.h"
 
 struct GemmProblem {
-    const void* A;  // float [N, K], or block_q8_1 [N, K/32] for kernels with 8-bit activations
-    const void* W;  // float [M, K], or block_q4_0 / block_q8_0 [M, K/32]
+    const void* A;  // float [N, K], or block_q8_1 [N, K/32] (block_q8_k [N, K/256]) for 8-bit activations
+    const void* W;  // float [M, K], or the weight format's blocks [M, K/32] (K-quants: [M, K/256])
     float* C;       // float [N, M]
     int N, M, K;
     void* workspace = nullptr;  // scratch on the kernel's device, for kernels that need one (chapter 6)

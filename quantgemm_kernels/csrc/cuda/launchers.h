@@ -9,10 +9,12 @@
 #undef QG_CUDA_KERNEL
 
 // cuda/quantize.cu: one thread per value, one warp per block, as ggml-cuda's quantize_q8_1. One
-// quantizer per row of formats.def (`mode` as for the CPU quantizers, gemm.h) and one dequantizer
-// that switches on the format.
+// quantizer per QG_FORMAT row of formats.def (`mode` as for the CPU quantizers, gemm.h; none for
+// the QG_FORMAT_CPU_ONLY rows) and one dequantizer that switches on the format.
 #define QG_FORMAT(name, id, block, qk) \
     void cuda_quantize_##name(const float* x, block* y, int64_t rows, int64_t K, int mode, cudaStream_t stream);
+#define QG_FORMAT_CPU_ONLY(name, id, block, qk)
 #include "../formats.def"
+#undef QG_FORMAT_CPU_ONLY
 #undef QG_FORMAT
 void cuda_dequantize(const void* x, int fmt, float* y, int64_t rows, int64_t K, cudaStream_t stream);
