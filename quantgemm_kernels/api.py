@@ -55,12 +55,14 @@ def _check_k(K: int, name: str, block_size: int = F.QK) -> None:
         raise ValueError(f"{name}: K ({K}) must be a positive multiple of {block_size}, the block size")
 
 
-def _check_device(t: torch.Tensor, name: str) -> None:
+def _check_device(t: torch.Tensor, name: str, f: F.Format | None = None) -> None:
     if t.device.type == "cuda" and not cuda_kernels_built():
         raise ValueError(
             f"{name} is on {t.device} but the CUDA kernels are not built here "
             "(no nvcc/CUDA torch, or QUANTGEMM_NO_CUDA=1); move it to the CPU"
         )
+    if t.device.type == "cuda" and f is not None and not f.cuda:
+        raise ValueError(f"{name} is on {t.device}, but {f.name} has no CUDA quantizer/dequantizer yet; use the CPU")
 
 
 def quantize(x: torch.Tensor, fmt: str, *, q8_1_sum: str = "d_sum_q", check_finite: bool = True) -> torch.Tensor:
@@ -77,7 +79,7 @@ def quantize(x: torch.Tensor, fmt: str, *, q8_1_sum: str = "d_sum_q", check_fini
     if q8_1_sum not in _SUM_MODE:
         raise ValueError(f"q8_1_sum must be one of {tuple(_SUM_MODE)}, got {q8_1_sum!r}")
     _check_k(x.shape[1], "x", f.block_size)
-    _check_device(x, "x")
+    _check_device(x, "x", f)
     if x.numel() and check_finite:
         amax = float(x.abs().max())
         if not math.isfinite(amax):
@@ -110,21 +112,26 @@ def dequantize(q: torch.Tensor, fmt: str) -> torch.Tensor:
         raise ValueError(
             f"q: a row of {q.shape[1]} bytes is not a whole number of {fmt} blocks ({f.block_bytes} B each)"
         )
-    _check_device(q, "q")
+    _check_device(q, "q", f)
     return _ops().dequantize(q, fmt)
 
 
 def validate_blocks(q: torch.Tensor, fmt: str) -> None:
-    """Reject blocks whose fp16 scale (or Q8_1 sum) is inf or NaN, as llama.cpp's
-    ``ggml_validate_row_data`` does when it loads a model. Use it on bytes from outside."""
+    """Reject blocks whose scales (the format's ``header`` fields: d, Q8_1's s, Q4_K's dmin) are
+    inf or NaN, as llama.cpp's ``ggml_validate_row_data`` does when it loads a model. Use it on
+    bytes from outside."""
     _check_tensor(q, "q", torch.uint8)
     f = _check_fmt(fmt)
     bb = f.block_bytes
     if q.shape[1] % bb:
         raise ValueError(f"q: a row of {q.shape[1]} bytes is not a whole number of {fmt} blocks ({bb} B each)")
-    halves = len(f.header)  # the fp16 fields that open a block: d, and s for Q8_1
-    header = q.reshape(-1, bb)[:, : 2 * halves].contiguous().view(torch.int16).to(torch.int32) & 0x7FFF
-    bad = (header >= 0x7C00).any(dim=1)  # fp16 exponent all ones: inf or NaN
+    blocks = q.reshape(-1, bb)
+    bad = torch.zeros(blocks.shape[0], dtype=torch.bool, device=q.device)
+    for name in f.header:  # each an fp16 or float32 field, wherever it sits in the block
+        ftype, off = f.dtype.fields[name][:2]
+        size, (exp_mask, exp_bits) = ftype.itemsize, {2: (0x7FFF, 0x7C00), 4: (0x7FFFFFFF, 0x7F800000)}[ftype.itemsize]
+        raw = blocks[:, off : off + size].contiguous().view(torch.int16 if size == 2 else torch.int32)
+        bad |= ((raw.to(torch.int64) & exp_mask) >= exp_bits).any(dim=1)  # exponent all ones: inf or NaN
     if bool(bad.any()):
         i = int(bad.nonzero()[0, 0])
         raise ValueError(
@@ -296,7 +303,7 @@ class QTensor:
 #:     hardly does until its tiles fill the GPU (one 128-row tile of W per CTA), so the decode
 #:     kernel keeps the lead longer when W has few 128-row tiles for the GPU's SMs.
 #:   * 8.x: the same with the mma.sync kernel; older GPUs: chapter 4's vectorised DP4A kernel.
-#: On the CPU: chapter 4's SIMD kernel (f32 weights: chapter 1's blocked kernel).
+#: On the CPU: chapter 4's SIMD kernel (f32 weights: chapter 1's blocked kernel; K-quants: chapter 8's).
 #: The two thresholds below are read off the H200 sweep in
 #: bench_results/nvidia-h200/2026-11-24/sweep-092633.json (our kernels, cold): with 32 row tiles
 #: (M = 4096) the decode kernel stays ahead of wgmma_ws to N = 16 (K = 4096) or 32 (K = 14336), with
@@ -314,8 +321,9 @@ def pick_kernel(device, wfmt: str, N: int, M: int | None = None) -> Kernel:
     _check_fmt(wfmt)
     if not any(k.wfmt == wfmt and k.device == device.type for k in KERNELS.values()):
         raise ValueError(f"no {device.type} kernel reads {wfmt} weights yet")
-    if device.type == "cpu":
-        return KERNELS[f"cpu_{wfmt}_q8_1_simd"]
+    if device.type == "cpu":  # the format's SIMD step, else its last step in teaching order
+        cpu = [k for k in KERNELS.values() if k.wfmt == wfmt and k.device == "cpu"]
+        return next((k for k in cpu if k.name.endswith("_simd")), cpu[-1])
     cc = torch.cuda.get_device_capability(device)
     sms = torch.cuda.get_device_properties(device).multi_processor_count
     few_tiles = M is not None and (M + 127) // 128 < sms // 2

@@ -17,6 +17,15 @@ Convention (the whole course): ``W [M, K]`` weights, ``A [N, K]`` activations, `
 * ``q4_1 x q8_1`` (chapter 7): the weight is ``q * d_w + m_w``, so a block is
   ``d_w * d_a * sumi + m_w * s_a``: the min enters through the activations' ``s``.
 
+* ``q4_k/q6_k x q8_k`` (chapter 8, ggml's CPU pairing for K-quants): per super-block of 256, integer
+  dots per sub-block times the sub-block's integer scale, then the float scales once::
+
+      Q4_K:  d_w d_a * sum_s sc_s * sum_{j in s} q_w,j q_a,j  -  dmin_w d_a * sum_s m_s * bsum_a,s
+      Q6_K:  d_w d_a * sum_t sc_t * sum_{j in t} (q_w,j - 32) q_a,j
+
+  with ``bsum_a,s`` the sum of the activation quants of sub-block s (Q8_K's ``bsums``, two per
+  sub-block of 32). Exact in integers up to the float scales, as ``ggml_vec_dot_q4_K_q8_K``.
+
 Scales are read from the fp16 fields exactly as kernels read them, so a kernel may differ from
 the reference only by float32 rounding of its additions.
 """
@@ -115,13 +124,41 @@ def gemm_wq_aq8_1(Aq: np.ndarray, Wq: np.ndarray, wfmt: str, q4_0_formula: str =
     return per_block.sum(axis=2)
 
 
+def gemm_wk_aq8_k(Aq: np.ndarray, Wq: np.ndarray, wfmt: str) -> np.ndarray:
+    """K-quant weights (Q4_K, Q6_K) times Q8_K activations, super-block by super-block (the
+    formulas in the module docstring; float64 except the stored scales)."""
+    if wfmt not in ("q4_k", "q6_k"):
+        raise ValueError(f"no W x Q8_K reference for weights {wfmt!r}")
+    wb, ab = F.as_blocks(Wq, wfmt), F.as_blocks(Aq, "q8_k")
+    if wb.shape[1] != ab.shape[1]:
+        raise ValueError(f"W has {wb.shape[1]} super-blocks per row, A has {ab.shape[1]}")
+    M, nb = wb.shape
+    N = ab.shape[0]
+    qa = F.unpack_quants(Aq, "q8_k").reshape(N, nb, F.QK_K).astype(np.int64)
+    qw = F.unpack_quants(Wq, wfmt).reshape(M, nb, F.QK_K).astype(np.int64) - F.SPECS[wfmt].offset
+    dw = wb["d"].astype(np.float64)[None, :, :]
+    da = ab["d"].astype(np.float64)[:, None, :]
+    if wfmt == "q4_k":
+        sc, m = (v.astype(np.int64) for v in F.q4_k_scale_min(wb["scales"]))  # [M, nb, 8]
+        dots = np.einsum("nbsj,mbsj->nmbs", qa.reshape(N, nb, 8, 32), qw.reshape(M, nb, 8, 32))
+        sumi = (dots * sc[None]).sum(axis=3)  # [N, M, nb]
+        bsum = ab["bsums"].astype(np.int64).reshape(N, nb, 8, 2).sum(axis=3)  # per sub-block of 32
+        summ = np.einsum("nbs,mbs->nmb", bsum, m)
+        per_block = dw * da * sumi - wb["dmin"].astype(np.float64)[None, :, :] * da * summ
+    else:
+        sc = wb["scales"].astype(np.int64)  # [M, nb, 16]
+        dots = np.einsum("nbtj,mbtj->nmbt", qa.reshape(N, nb, 16, 16), qw.reshape(M, nb, 16, 16))
+        per_block = dw * da * (dots * sc[None]).sum(axis=3)
+    return per_block.sum(axis=2)
+
+
 def gemm(
     A: np.ndarray, W: np.ndarray, wfmt: str, afmt: str, q8_1_sum: str = "d_sum_q", q4_0_formula: str = "compensated"
 ) -> np.ndarray:
     """The reference for a kernel with weight format ``wfmt`` and activation format ``afmt``.
 
     ``A`` is float32 ``[N, K]``; ``W`` is float32 ``[M, K]`` (``wfmt="f32"``) or quantized bytes.
-    For ``afmt="q8_1"`` the activations are quantized here with the reference quantizer, as the
+    For ``afmt="q8_1"`` or ``"q8_k"`` the activations are quantized here with the reference quantizer, as the
     kernels' ``gemm()`` quantizes them on their device; ``q4_0_formula`` as in ``gemm_wq_aq8_1``.
     """
     if wfmt == "f32" and afmt == "f32":
@@ -130,4 +167,6 @@ def gemm(
         return gemm_wq_af32(A, W, wfmt)
     if afmt == "q8_1":
         return gemm_wq_aq8_1(F.quantize_q8_1(np.asarray(A, np.float32), q8_1_sum), W, wfmt, q4_0_formula)
+    if afmt == "q8_k":
+        return gemm_wk_aq8_k(F.quantize_q8_k(np.asarray(A, np.float32)), W, wfmt)
     raise ValueError(f"no reference for weights {wfmt!r} x activations {afmt!r}")

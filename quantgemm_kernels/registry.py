@@ -24,8 +24,8 @@ CSRC = Path(__file__).resolve().parent / "csrc"
 class Kernel:
     name: str
     device: str  #: "cpu" or "cuda"
-    wfmt: str  #: weight format: "f32", "q4_0", "q4_1", "q8_0"
-    afmt: str  #: activation format the kernel consumes: "f32" or "q8_1" (gemm() quantizes A)
+    wfmt: str  #: weight format: "f32", "q4_0", "q4_1", "q8_0", "q4_k", "q6_k"
+    afmt: str  #: activation format the kernel consumes: "f32", "q8_1" or "q8_k" (gemm() quantizes A)
     chapter: int
     title: str  #: the technique, in a few words
     #: the step file that defines the kernel, relative to ``csrc/<device>/`` (``"04_w4a8/3_dp4a.cu"``)
@@ -170,6 +170,25 @@ _CPU = [
         7,
         "int8 SIMD dot products, the min summed beside them",
         file="04_w4a8/3_simd.cpp",
+    ),
+    # chapter 8: K-quant weights (super-blocks of 256) times Q8_K activations, ggml's CPU pairing
+    Kernel(
+        "cpu_q4_k_q8_k_naive",
+        "cpu",
+        "q4_k",
+        "q8_k",
+        8,
+        "integer dot per sub-block times its 6-bit scale; the min from Q8_K's bsums",
+        file="08_k_quants/1_naive.cpp",
+    ),
+    Kernel(
+        "cpu_q6_k_q8_k_naive",
+        "cpu",
+        "q6_k",
+        "q8_k",
+        8,
+        "integer dot per 16 values times its int8 scale, d_w d_a once per 256",
+        file="08_k_quants/1_naive.cpp",
     ),
 ]
 

@@ -25,6 +25,7 @@ KERNEL_NMSE = 1e-8  #: kernel vs same-format reference (see module docstring)
 FORMAT_NMSE = {"q8_0": 1e-4, "q8_1": 1e-4, "q4_0": 2e-2}  #: quantized vs float32 truth, smooth data
 
 #: Ragged GEMM shapes (M, N, K): M=1, N=1, K=32, primes and non-powers of two, decode and prefill-like.
+#: K is for 32-value blocks; :func:`shape_for` scales it for a kernel with larger blocks (K-quants).
 SHAPES = [
     (1, 1, 32),
     (1, 7, 64),
@@ -37,6 +38,22 @@ SHAPES = [
     (17, 33, 288),
     (256, 64, 512),
 ]
+
+
+def k_step(kernel) -> int:
+    """The K granularity of a kernel: the largest block of its formats (32; 256 for the K-quants)."""
+    from . import formats as F
+    from .registry import KERNELS
+
+    k = KERNELS[kernel] if isinstance(kernel, str) else kernel
+    return max(F.SPECS[f].block_size if f in F.SPECS else F.QK for f in (k.wfmt, k.afmt))
+
+
+def shape_for(kernel, M: int, N: int, K: int) -> tuple[int, int, int]:
+    """A shape of :data:`SHAPES` (K counted in 32-value blocks) for ``kernel``: K scaled by
+    ``k_step(kernel) / 32``, so that K = 32 stays one block (256 for the K-quants), 96 three, 160 five."""
+    return M, N, K * k_step(kernel) // 32
+
 
 DISTRIBUTIONS = ("uniform", "normal", "heavy_tailed", "outliers", "zeros", "tiny", "huge", "sparse")
 
@@ -113,7 +130,7 @@ def check_on_shapes(kernel, shapes=None, dist: str = "normal") -> list[float]:
 
     k = KERNELS[kernel] if isinstance(kernel, str) else kernel
     errs = []
-    for M, N, K in SHAPES if shapes is None else shapes:
+    for M, N, K in [shape_for(k, *s) for s in SHAPES] if shapes is None else shapes:
         err, C, ref = check_kernel(k, M, N, K, dist, seed=M * 7 + N)
         assert C.shape == (N, M), f"{k.name} M={M} N={N} K={K}: result shape {C.shape}, expected {(N, M)}"
         assert err <= KERNEL_NMSE, f"{k.name} M={M} N={N} K={K}: NMSE {err:.3g} > {KERNEL_NMSE:g}"
@@ -121,15 +138,16 @@ def check_on_shapes(kernel, shapes=None, dist: str = "normal") -> list[float]:
     return errs
 
 
-def check_on_distributions(kernel, shape=(37, 5, 320)) -> int:
+def check_on_distributions(kernel, shape=None) -> int:
     """``kernel`` against the reference on every value distribution (:data:`DISTRIBUTIONS`) at one
-    shape: inf/NaN exactly where the reference has them, NMSE within :data:`KERNEL_NMSE`. Returns
-    the number of distributions checked (chapters 3 and 4)."""
+    shape (default ``shape_for(kernel, 37, 5, 320)``): inf/NaN exactly where the reference has
+    them, NMSE within :data:`KERNEL_NMSE`. Returns the number of distributions checked (chapters 3 and 4)."""
     import warnings
 
     from .registry import KERNELS
 
     k = KERNELS[kernel] if isinstance(kernel, str) else kernel
+    shape = shape or shape_for(k, 37, 5, 320)
     for dist in DISTRIBUTIONS:
         with warnings.catch_warnings(), np.errstate(over="ignore", invalid="ignore"):
             warnings.simplefilter("ignore", RuntimeWarning)  # "huge": fp16 overflow, on purpose

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import quantgemm_kernels as qk
+from quantgemm_kernels.testing import k_step
 
 from conftest import HAS_CUDA
 
@@ -34,6 +35,18 @@ def bad_quantize_cases():
             lambda: qk.dequantize(torch.zeros(2, 20, dtype=torch.uint8), "q4_0"),
             ValueError,
             "not a whole number of q4_0 blocks",
+        ),
+        (
+            "K % 256 for a K-quant",
+            lambda: qk.quantize(torch.randn(4, 288), "q4_k"),
+            ValueError,
+            "K (288) must be a positive multiple of 256",
+        ),
+        (
+            "dequantize partial super-block",
+            lambda: qk.dequantize(torch.zeros(2, 150, dtype=torch.uint8), "q6_k"),
+            ValueError,
+            "not a whole number of q6_k blocks (210 B each)",
         ),
     ]
 
@@ -106,12 +119,13 @@ def test_gemm_rejects(what, call, exc, msg):
 def test_empty_batch_gives_empty_output(kernel):
     """N = 0 or M = 0 is a valid, empty product (as torch returns for it), not an error."""
     k = qk.KERNELS[kernel]
-    W = torch.randn(5, 64)
+    K = 2 * k_step(k)  # two blocks (two super-blocks for the K-quants)
+    W = torch.randn(5, K)
     Wk = W if k.wfmt == "f32" else qk.quantize(W, k.wfmt)
-    assert qk.gemm(torch.randn(0, 64), Wk, kernel).shape == (0, 5)
-    W0 = torch.randn(0, 64)
+    assert qk.gemm(torch.randn(0, K), Wk, kernel).shape == (0, 5)
+    W0 = torch.randn(0, K)
     W0k = W0 if k.wfmt == "f32" else qk.quantize(W0, k.wfmt)
-    assert qk.gemm(torch.randn(3, 64), W0k, kernel).shape == (3, 0)
+    assert qk.gemm(torch.randn(3, K), W0k, kernel).shape == (3, 0)
 
 
 COMPILED_OP_CHECKS = """

@@ -50,6 +50,7 @@ def _case(M, N, K, seed=0):
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_ggml_mul_mat_matches_the_reference(wfmt, shape):
     M, N, K = shape
+    K = K * (F.SPECS[wfmt].block_size if wfmt in F.SPECS else F.QK) // F.QK  # K-quants: K in super-blocks of 256
     W, A = _case(M, N, K)
     Wb = W if wfmt == "f32" else F.quantize(W, wfmt)  # our bytes: ggml gets exactly these
     C = L.ggml_mul_mat(Wb, A, wfmt, n_threads=2)
@@ -59,11 +60,13 @@ def test_ggml_mul_mat_matches_the_reference(wfmt, shape):
         assert R.nmse(C, R.gemm_f32(A, W)) < KERNEL_NMSE
         return
     # the CPU backend's activation format: Q8_0 for Q4_0 and Q8_0 weights (no s needed), Q8_1 for
-    # Q4_1, whose min enters through s
+    # Q4_1, whose min enters through s, Q8_K for the K-quants (its bsums carry Q4_K's min term)
     vdt = L.ggml_vec_dot_type(wfmt)
-    assert vdt == ("q8_1" if wfmt == "q4_1" else "q8_0")
+    assert vdt == {"q4_1": "q8_1", "q4_k": "q8_k", "q6_k": "q8_k"}.get(wfmt, "q8_0")
     Aq_ggml = L.ggml_quantize(A, vdt, ref=False)
-    if wfmt == "q4_1":  # the min enters through s, rounded to fp16: the block formula, not the values
+    if vdt == "q8_k":  # super-block formula: integer sub-block dots, scales once per 256
+        assert R.nmse(C, R.gemm_wk_aq8_k(Aq_ggml, Wb, wfmt)) < KERNEL_NMSE
+    elif wfmt == "q4_1":  # the min enters through s, rounded to fp16: the block formula, not the values
         assert R.nmse(C, R.gemm_wq_aq8_1(Aq_ggml, Wb, wfmt)) < KERNEL_NMSE
     else:
         assert R.nmse(C, R.gemm_f32(F.dequantize(Aq_ggml, vdt), F.dequantize(Wb, wfmt))) < KERNEL_NMSE
@@ -113,7 +116,27 @@ def test_our_q4_1_kernels_compute_ggml_cpus_q4_1_product():
 
 
 @pytest.mark.skipif(not INFO["type_traits"], reason="this ggml binding cannot reach the type traits")
-@pytest.mark.parametrize("fmt", ["q4_0", "q4_1", "q8_0", "q8_1"])
+@pytest.mark.parametrize("wfmt", ["q4_k", "q6_k"])
+def test_our_k_quant_kernels_compute_ggml_cpus_product(wfmt):
+    """Q4_K and Q6_K x Q8_K: our chapter-8 CPU kernels on ggml's own activation bytes (its CPU
+    backend's Q8_K quantizer, which mul_mat applies to A) give its mul_mat to float rounding, on
+    ragged shapes with K a multiple of 256 and a Llama-3-8B row length."""
+    import torch
+
+    import quantgemm_kernels as qk
+
+    for M, N, K in [(1, 1, 256), (67, 5, 2304), (33, 3, 14336)]:
+        W, A = _case(M, N, K)
+        Wb = F.quantize(W, wfmt)
+        C = L.ggml_mul_mat(Wb, A, wfmt, n_threads=2)
+        Aq = L.ggml_quantize(A, "q8_k", ref=False)
+        for k in qk.kernels(device="cpu", wfmt=wfmt):
+            ours = qk.gemm_quantized(torch.from_numpy(Aq), torch.from_numpy(Wb), k.name).numpy()
+            assert R.nmse(ours, C) < 1e-12, (k.name, M, N, K)
+
+
+@pytest.mark.skipif(not INFO["type_traits"], reason="this ggml binding cannot reach the type traits")
+@pytest.mark.parametrize("fmt", ["q4_0", "q4_1", "q8_0", "q8_1", "q4_k", "q6_k", "q8_k"])
 def test_ggml_reference_quantizers_give_our_bytes(fmt):
     x = make_values((5, 256), "normal", 3)
     np.testing.assert_array_equal(L.ggml_quantize(x, fmt), F.quantize(x, fmt))

@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 import quantgemm_kernels as qk
 from quantgemm_kernels import formats as F
 from quantgemm_kernels import reference as R
-from quantgemm_kernels.testing import KERNEL_NMSE
+from quantgemm_kernels.testing import KERNEL_NMSE, k_step
 
 from conftest import runs_here
-from ggml_ref import ggml_quantize, gguf_quantize
+from ggml_ref import GGUF_QUANTIZERS, ggml_quantize, gguf_quantize
 from test_formats import _zero_block_d_sign
 
 # Finite float32 values, zeros included, magnitudes from 2^-66 (1.4e-20) to 2^20. Blocks whose largest
@@ -26,23 +26,29 @@ value = st.one_of(st.just(0.0), magnitude, magnitude.map(lambda v: -v))
 
 
 @st.composite
-def float_rows(draw):
+def fmt_and_rows(draw):
+    """A format and rows of whole blocks of it (1-4 blocks of 32; 1-2 super-blocks of 256)."""
+    fmt = draw(st.sampled_from(F.FORMATS))
+    size = F.SPECS[fmt].block_size
     rows = draw(st.integers(1, 4))
-    blocks = draw(st.integers(1, 4))
-    vals = draw(st.lists(value, min_size=rows * blocks * 32, max_size=rows * blocks * 32))
-    return np.array(vals, dtype=np.float32).reshape(rows, blocks * 32)
+    blocks = draw(st.integers(1, 4 if size == 32 else 2))
+    vals = draw(st.lists(value, min_size=rows * blocks * size, max_size=rows * blocks * size))
+    return fmt, np.array(vals, dtype=np.float32).reshape(rows, blocks * size)
 
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @SETTINGS
-@given(x=float_rows(), fmt=st.sampled_from(F.FORMATS))
-def test_quantizers_match_ggml_on_any_finite_rows(x, fmt):
-    with np.errstate(over="ignore"):
+@given(fx=fmt_and_rows())
+def test_quantizers_match_ggml_on_any_finite_rows(fx):
+    fmt, x = fx
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
         ours = F.quantize(x, fmt)
         np.testing.assert_array_equal(ours, ggml_quantize(x, fmt))
-        if fmt != "q8_1":  # gguf has no Q8_1; for Q4_0 allow the one known difference (sign of a zero d)
+        if (
+            fmt in GGUF_QUANTIZERS
+        ):  # no Q8_1 or K-quants there; for Q4_0 allow the one known difference (sign of a zero d)
             np.testing.assert_array_equal(_zero_block_d_sign(ours, fmt), _zero_block_d_sign(gguf_quantize(x, fmt), fmt))
     got = qk.quantize(torch.from_numpy(x), fmt, check_finite=False)
     np.testing.assert_array_equal(got.numpy(), ours)
@@ -63,7 +69,7 @@ def _kernels_here():
 )
 def test_every_kernel_matches_reference_on_random_problems(kernel, M, N, nb, seed, scale):
     k = qk.KERNELS[kernel]
-    K = nb * 32
+    K = nb * k_step(k)  # blocks of 32, or super-blocks of 256 for the K-quants
     rng = np.random.default_rng(seed)
     A = (rng.standard_normal((N, K)) * scale).astype(np.float32)
     W = rng.standard_normal((M, K)).astype(np.float32)
