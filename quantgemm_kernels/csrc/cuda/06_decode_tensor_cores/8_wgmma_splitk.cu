@@ -59,7 +59,7 @@ void gemm_q8_1_wgmma_splitk(const GemmProblem& p, cudaStream_t stream) {
     // [excerpt: splitk_launch]
     const int splits = wgmma_splits(p.N, p.M, p.K, sms);
     if (splits == 1) {  // the tiles fill the GPU (or K is short): the fourth step as it is
-        wg::launch_wgmma_ws<WF, false>(p, stream, 1, p.C);
+        gemm_q8_1_wgmma_ws<WF>(p, stream);
         return;
     }
     // the binding sized the workspace with splitk_workspace_bytes: the partials follow the activations

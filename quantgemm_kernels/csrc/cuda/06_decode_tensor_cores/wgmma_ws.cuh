@@ -175,7 +175,6 @@ __global__ void __launch_bounds__(THREADS, 1)
     store_acc(SPLIT ? C + blockIdx.z * split_plane : C, acc, blockIdx.y * BN, m0, tok, t, N, M);
 #endif
 }
-}  // namespace
 
 // Launch the kernel for p over `splits` CTAs per tile (grid.z; 1 unless SPLIT); `out` is p.C
 // without SPLIT, else `splits` planes of p.N x p.M partial sums.
@@ -194,5 +193,9 @@ void launch_wgmma_ws(const GemmProblem& p, cudaStream_t stream, int splits, floa
                              (const typename WF::block*)p.W, o, plane, N, p.M, p.K);
         });
 }
+}  // namespace (each file that includes this has its own kernel and launcher: nothing shared across files)
 }  // namespace wg
+
+template <class WF>
+void gemm_q8_1_wgmma_ws(const GemmProblem& p, cudaStream_t stream);  // the fourth step (7_wgmma_ws.cu)
 }  // namespace gpu
