@@ -190,6 +190,24 @@ _CPU = [
         "integer dot per 16 values times its int8 scale, d_w d_a once per 256",
         file="08_k_quants/1_naive.cpp",
     ),
+    Kernel(
+        "cpu_q4_k_q8_k_simd",
+        "cpu",
+        "q4_k",
+        "q8_k",
+        8,
+        "int8 SIMD dots, the sub-block scale riding in vpmaddwd, 4x4 tiles",
+        file="08_k_quants/2_simd.cpp",
+    ),
+    Kernel(
+        "cpu_q6_k_q8_k_simd",
+        "cpu",
+        "q6_k",
+        "q8_k",
+        8,
+        "int8 SIMD dots on the unsigned 6-bit quants, the -32 returned through Q8_K's bsums",
+        file="08_k_quants/2_simd.cpp",
+    ),
 ]
 
 _CUDA = [
