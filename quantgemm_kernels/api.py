@@ -18,7 +18,8 @@ from ._build import load_extension
 from .registry import KERNELS, Kernel
 
 _SUM_MODE = {"d_sum_q": 0, "sum_x": 1}
-# Largest |x| whose scale still fits in fp16 (65504): d = max / scale_div (8 for Q4_0, 127 for Q8_*).
+# Largest |x| whose scale still fits in fp16 (65504): d = max / scale_div (8 for Q4_0, 127 for Q8_*;
+# None for the K-quants, whose scales come from a search: quantize reads the stored scales instead).
 _FP16_MAX = 65504.0
 
 
@@ -84,13 +85,8 @@ def quantize(x: torch.Tensor, fmt: str, *, q8_1_sum: str = "d_sum_q", check_fini
         amax = float(x.abs().max())
         if not math.isfinite(amax):
             raise ValueError("x contains NaN or Inf: llama.cpp's quantizers give undefined bytes for them")
-        if amax / f.scale_div > _FP16_MAX:
-            warnings.warn(
-                f"max |x| = {amax:.3g}: the {fmt} scale overflows fp16 and is stored as inf "
-                "(as llama.cpp stores it); those blocks dequantize to inf/nan",
-                RuntimeWarning,
-                stacklevel=2,
-            )
+        if f.scale_div is not None and amax / f.scale_div > _FP16_MAX:
+            _warn_scale_overflow(amax, fmt)
         elif "s" in f.header:
             # s (d*sum(q) or sum(x)) is about the block's sum: it overflows fp16 long before d does
             block_sum = float(x.reshape(-1, f.block_size).sum(dim=1).abs().max())
@@ -101,7 +97,31 @@ def quantize(x: torch.Tensor, fmt: str, *, q8_1_sum: str = "d_sum_q", check_fini
                     RuntimeWarning,
                     stacklevel=2,
                 )
-    return _ops().quantize(x, fmt, _SUM_MODE[q8_1_sum])
+    q = _ops().quantize(x, fmt, _SUM_MODE[q8_1_sum])
+    if f.scale_div is None and x.numel() and check_finite and _non_finite_scales(q, f).any():
+        _warn_scale_overflow(amax, fmt)  # scales found by a search (K-quants): read off the bytes
+    return q
+
+
+def _warn_scale_overflow(amax: float, fmt: str) -> None:
+    warnings.warn(
+        f"max |x| = {amax:.3g}: the {fmt} scale overflows fp16 and is stored as inf "
+        "(as llama.cpp stores it); those blocks dequantize to inf/nan",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+
+
+def _non_finite_scales(q: torch.Tensor, f: F.Format) -> torch.Tensor:
+    """Per block of ``q``: whether one of its scale fields (``f.header``: fp16, or float32) is inf or NaN."""
+    blocks = q.reshape(-1, f.block_bytes)
+    bad = torch.zeros(blocks.shape[0], dtype=torch.bool, device=q.device)
+    for name in f.header:  # each an fp16 or float32 field, wherever it sits in the block
+        ftype, off = f.dtype.fields[name][:2]
+        size, (exp_mask, exp_bits) = ftype.itemsize, {2: (0x7FFF, 0x7C00), 4: (0x7FFFFFFF, 0x7F800000)}[ftype.itemsize]
+        raw = blocks[:, off : off + size].contiguous().view(torch.int16 if size == 2 else torch.int32)
+        bad |= ((raw.to(torch.int64) & exp_mask) >= exp_bits).any(dim=1)  # exponent all ones: inf or NaN
+    return bad
 
 
 def dequantize(q: torch.Tensor, fmt: str) -> torch.Tensor:
@@ -125,13 +145,7 @@ def validate_blocks(q: torch.Tensor, fmt: str) -> None:
     bb = f.block_bytes
     if q.shape[1] % bb:
         raise ValueError(f"q: a row of {q.shape[1]} bytes is not a whole number of {fmt} blocks ({bb} B each)")
-    blocks = q.reshape(-1, bb)
-    bad = torch.zeros(blocks.shape[0], dtype=torch.bool, device=q.device)
-    for name in f.header:  # each an fp16 or float32 field, wherever it sits in the block
-        ftype, off = f.dtype.fields[name][:2]
-        size, (exp_mask, exp_bits) = ftype.itemsize, {2: (0x7FFF, 0x7C00), 4: (0x7FFFFFFF, 0x7F800000)}[ftype.itemsize]
-        raw = blocks[:, off : off + size].contiguous().view(torch.int16 if size == 2 else torch.int32)
-        bad |= ((raw.to(torch.int64) & exp_mask) >= exp_bits).any(dim=1)  # exponent all ones: inf or NaN
+    bad = _non_finite_scales(q, f)
     if bool(bad.any()):
         i = int(bad.nonzero()[0, 0])
         raise ValueError(
@@ -299,17 +313,18 @@ class QTensor:
 
 #: The kernel :func:`linear` picks, by device, weight format and batch size N. On CUDA:
 #:   * compute capability 9.0 (Hopper): the decode kernel while N is small, then the
-#:     warp-specialised wgmma kernel. The decode kernel's time grows with N, the wgmma kernel's
-#:     hardly does until its tiles fill the GPU (one 128-row tile of W per CTA), so the decode
-#:     kernel keeps the lead longer when W has few 128-row tiles for the GPU's SMs.
+#:     warp-specialised wgmma kernel with split-K (8_wgmma_splitk.cu, which is the fourth step as it
+#:     is when W's 128-row tiles fill the GPU). The decode kernel's time grows with N, the wgmma
+#:     kernel's hardly does until its tiles fill the GPU.
 #:   * 8.x: the same with the mma.sync kernel; older GPUs: chapter 4's vectorised DP4A kernel.
 #: On the CPU: chapter 4's SIMD kernel (f32 weights: chapter 1's blocked kernel; K-quants: chapter 8's).
-#: The two thresholds below are read off the H200 sweep in
-#: bench_results/nvidia-h200/2026-11-24/sweep-092633.json (our kernels, cold): with 32 row tiles
-#: (M = 4096) the decode kernel stays ahead of wgmma_ws to N = 16 (K = 4096) or 32 (K = 14336), with
-#: 112 (M = 14336, K = 4096) to N = 5.
+#: The thresholds below are read off the H100 record
+#: bench_results/nvidia-h100-80gb-hbm3/2026-11-24/splitk-142530.json (cold): with 32 row tiles
+#: (M = 4096) the decode kernel is ahead of the split-K kernel to N = 8 (Q4_0 36.9 against 52.0 us
+#: at K = 14336, 19.8 against 31.4 at K = 4096) and behind from N = 16; with 112 (M = 14336,
+#: K = 4096) to N = 4 (35.3 against 53.5), even at N = 8 (55.7 against 53.4). Q8_0 likewise.
 #: Between the measured N they are a choice, not a measurement.
-DECODE_MAX_N_FEW_TILES = 16  # N up to which the decode kernel runs when M/128 < SMs/2
+DECODE_MAX_N_FEW_TILES = 8  # N up to which the decode kernel runs when M/128 < SMs/2
 DECODE_MAX_N = 4  # otherwise
 
 
@@ -326,12 +341,18 @@ def pick_kernel(device, wfmt: str, N: int, M: int | None = None) -> Kernel:
         return next((k for k in cpu if k.name.endswith("_simd")), cpu[-1])
     cc = torch.cuda.get_device_capability(device)
     sms = torch.cuda.get_device_properties(device).multi_processor_count
+    return pick_cuda_kernel(wfmt, N, M, tuple(cc), sms)
+
+
+def pick_cuda_kernel(wfmt: str, N: int, M: int | None, cc: tuple[int, int], sms: int) -> Kernel:
+    """:func:`pick_kernel`'s choice on a GPU of compute capability ``cc`` with ``sms`` SMs (no GPU
+    needed: :func:`choice_table` prints it for any GPU)."""
     few_tiles = M is not None and (M + 127) // 128 < sms // 2
     small = N <= (DECODE_MAX_N_FEW_TILES if few_tiles else DECODE_MAX_N)
     if cc >= (8, 0) and small:
         names = [f"cuda_{wfmt}_q8_1_decode"]
     elif cc == (9, 0):
-        names = [f"cuda_{wfmt}_q8_1_wgmma_ws", f"cuda_{wfmt}_q8_1_mma"]
+        names = [f"cuda_{wfmt}_q8_1_wgmma_splitk", f"cuda_{wfmt}_q8_1_mma"]
     elif cc >= (8, 0):
         names = [f"cuda_{wfmt}_q8_1_mma"]
     else:
@@ -342,7 +363,30 @@ def pick_kernel(device, wfmt: str, N: int, M: int | None = None) -> Kernel:
     for name in names:
         if name in KERNELS and KERNELS[name].runs_on(cc):
             return KERNELS[name]
-    raise ValueError(f"no kernel for {wfmt} weights on {device} (compute capability {cc})")
+    raise ValueError(f"no CUDA kernel for {wfmt} weights on compute capability {cc[0]}.{cc[1]}")
+
+
+#: Batch sizes of :func:`choice_table`: decode, speculative decoding and small batches, prefill.
+CHOICE_NS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 2048)
+
+
+def choice_table(cc: tuple[int, int], sms: int, formats=None, rows=(4096, 14336), ns=CHOICE_NS) -> str:
+    """The kernel :func:`linear` picks on a GPU of compute capability ``cc`` with ``sms`` SMs, for
+    each weight format (those with CUDA kernels), weight rows M and batch size N, as a text table."""
+    formats = formats or [f for f in F.SPECS if any(k.device == "cuda" and k.wfmt == f for k in KERNELS.values())]
+    lines = [f"kernel picked on compute capability {cc[0]}.{cc[1]}, {sms} SMs (api.pick_kernel)"]
+    lines.append(f"{'format':7s} {'M':>6s}  " + " ".join(f"{'N=' + str(n):>12s}" for n in ns))
+    for wfmt in formats:
+        for M in rows:
+            cells = []
+            for n in ns:
+                try:
+                    name = pick_cuda_kernel(wfmt, n, M, cc, sms).name
+                    cells.append(name.replace(f"cuda_{wfmt}_q8_1_", "").replace(f"cuda_{wfmt}_", ""))
+                except ValueError:
+                    cells.append("-")
+            lines.append(f"{wfmt:7s} {M:6d}  " + " ".join(f"{c:>12s}" for c in cells))
+    return "\n".join(lines)
 
 
 def linear(x: torch.Tensor, W, kernel: str | None = None) -> torch.Tensor:

@@ -410,25 +410,29 @@ def measure_shape(
             if "decode" in k.name and N > DECODE_MAX_N:
                 continue
             # llama.cpp's activation bytes (s = sum(x)) wherever the kernel can take them: the
-            # kernels that quantize A themselves where they offer it, the others through the quantizer
-            mode = "sum_x" if (k.sum_x or not k.fused_quant) else "d_sum_q"
+            # kernels that quantize A themselves where they offer it, the others through the quantizer.
+            # W4A16 kernels (chapter 3, afmt f32) take float32 A as it is: no quantizer, no mode.
+            f32 = k.afmt == "f32"
+            mode = "d_sum_q" if f32 else ("sum_x" if (k.sum_x or not k.fused_quant) else "d_sum_q")
             m = api._SUM_MODE[mode]
 
-            def run(copies, calls, name=k.name, m=m, A=A, fused=k.fused_quant):
+            def run(copies, calls, name=k.name, m=m, A=A, one_op=k.fused_quant or f32):
                 ws = Wqs[:copies]
-                if fused:  # one op: the kernel's own quantizer, then the GEMM
+                if one_op:  # one op: the kernel's own quantizer (if any), then the GEMM
                     return lambda: [ops.gemm(A, ws[i % copies], name, m) for i in range(calls)]
                 return lambda: [ops.gemm(ops.quantize(A, "q8_1", m), ws[i % copies], name) for i in range(calls)]
 
-            out = api.gemm(A, Wq, k.name, q8_1_sum=mode)
+            out = api.gemm(A, Wq, k.name, q8_1_sum=None if f32 else mode)
             sides.append(
                 (
                     Side(
                         k.name,
                         "ours",
-                        "activation quantizer + GEMM kernel (float32 A in, float32 C out)"
+                        "GEMM kernel alone (float32 A in, float32 C out; the weights' format times float32 A)"
+                        if f32
+                        else "activation quantizer + GEMM kernel (float32 A in, float32 C out)"
                         + ("" if k.fused_quant else "; two ops"),
-                        mode,
+                        "" if f32 else mode,
                     ),
                     run,
                     Cq,
@@ -748,6 +752,48 @@ def table(rows: list[dict], wfmt: str, M: int, K: int) -> str:
     return "\n".join(lines)
 
 
+def choice_report(rows: list[dict], cc, sms: int, regime: str = "cold") -> str:
+    """What ``api.linear`` would run for each measured shape and N on this GPU (``api.pick_kernel``),
+    next to the fastest of our kernels measured and llama.cpp, from ``rows`` of one run: a pick
+    slower than the best of ours shows a threshold to move."""
+    from .api import pick_cuda_kernel
+
+    cc = tuple(cc)
+    lines = [
+        f"api.pick_kernel on compute capability {cc[0]}.{cc[1]}, {sms} SMs ({regime}): median us",
+        f"{'format':7s} {'M':>6s} {'K':>6s} {'N':>5s}  {'picked':<24s} {'us':>8s}  {'best of ours':<24s} "
+        f"{'us':>8s} {'llama.cpp':>9s} {'x llama':>7s}",
+    ]
+    keys = sorted({(r["wfmt"], r["M"], r["K"], r["N"]) for r in rows if r["regime"] == regime})
+    for wfmt, M, K, N in keys:
+        here = [
+            r
+            for r in rows
+            if (r["wfmt"], r["M"], r["K"], r["N"], r["regime"]) == (wfmt, M, K, N, regime) and r["status"] == "ok"
+        ]
+        ours = {r["side"]: r["median_us"] for r in here if r["source"] == "ours"}
+        llama = next((r["median_us"] for r in here if r["side"] == "llama.cpp"), None)
+        if not ours:
+            continue
+        try:
+            pick = pick_cuda_kernel(wfmt, N, M, cc, sms).name
+        except ValueError:
+            continue
+        best = min(ours, key=ours.get)
+        t = ours.get(pick)
+
+        def num(v, w=8):
+            return f"{v:>{w}.1f}" if v is not None else f"{'-':>{w}s}"
+
+        x = f"{llama / t:>7.2f}" if (t and llama) else f"{'-':>7s}"
+        short = lambda name: name.split("q8_1_")[-1]  # noqa: E731
+        lines.append(
+            f"{wfmt:7s} {M:6d} {K:6d} {N:5d}  {short(pick):<24s} {num(t)}  {short(best):<24s} "
+            f"{num(ours[best])} {num(llama, 9)} {x}"
+        )
+    return "\n".join(lines)
+
+
 # ---------------------------------------------------------------------------------------------
 # Command line
 # ---------------------------------------------------------------------------------------------
@@ -891,6 +937,7 @@ def main(argv=None) -> int:
     for wfmt in formats:
         for M, K in shapes:
             print(table(rows, wfmt, M, K))
+    print(choice_report(rows, gpu["capability"], gpu["sms"]))
     print(f"wrote {path}")
     return 0
 

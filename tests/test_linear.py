@@ -135,3 +135,24 @@ def test_pick_kernel_on_the_cpu():
     assert qk.pick_kernel("cpu", "q4_k", 1).wfmt == "q4_k" and qk.pick_kernel("cpu", "q6_k", 9).afmt == "q8_k"
     with pytest.raises(ValueError, match="no cpu kernel reads q8_k"):
         qk.pick_kernel("cpu", "q8_k", 1)
+
+
+def test_the_gpu_choice_follows_the_measured_crossovers():
+    """api.pick_cuda_kernel without a GPU: on Hopper the decode kernel to N = 8 when W has few
+    128-row tiles for the SMs (M = 4096: 32 tiles on 132 SMs) and to N = 4 otherwise, then the
+    split-K wgmma kernel; mma.sync on Ampere, DP4A before it; Q4_1 (no tensor-core kernel yet) keeps
+    the decode kernel at every N. The thresholds come from the H100 record api.py cites."""
+    pick = qk.api.pick_cuda_kernel
+    h100 = ((9, 0), 132)
+    assert pick("q4_0", 1, 4096, *h100).name == "cuda_q4_0_q8_1_decode"
+    assert pick("q4_0", 8, 4096, *h100).name == "cuda_q4_0_q8_1_decode"
+    assert pick("q4_0", 16, 4096, *h100).name == "cuda_q4_0_q8_1_wgmma_splitk"
+    assert pick("q8_0", 4, 14336, *h100).name == "cuda_q8_0_q8_1_decode"
+    assert pick("q8_0", 8, 14336, *h100).name == "cuda_q8_0_q8_1_wgmma_splitk"
+    assert pick("q4_1", 512, 4096, *h100).name == "cuda_q4_1_q8_1_decode"
+    assert pick("q4_0", 64, 4096, (8, 0), 108).name == "cuda_q4_0_q8_1_mma"
+    assert pick("q4_0", 1, 4096, (7, 5), 40).name == "cuda_q4_0_q8_1_vec_dp4a"
+    with pytest.raises(ValueError, match="no CUDA kernel for q4_1 weights on compute capability 7.5"):
+        pick("q4_1", 1, 4096, (7, 5), 40)
+    table = qk.api.choice_table((9, 0), 132, ns=(1, 16))
+    assert "wgmma_splitk" in table and "decode" in table and "q4_1" in table
