@@ -47,7 +47,7 @@ inline size_t act_workspace_bytes(int64_t N, int64_t K) {
 // leave most idle (M = 4096, N <= 128: 32 tiles for 132 SMs), each CTA keeping at least
 // QG_SPLITK_MIN_STEPS steps. The partial sums, splits planes of N x M floats, follow the
 // activation units in the workspace, at splitk_offset.
-constexpr int QG_SPLITK_MAX = 8, QG_SPLITK_MIN_STEPS = 8;
+constexpr int QG_SPLITK_MAX = 8, QG_SPLITK_MIN_STEPS = 4;
 inline int wgmma_splits(int64_t N, int64_t M, int64_t K, int sms) {
     const int64_t tiles = ((M + QG_WGMMA_TILE_TOKENS - 1) / QG_WGMMA_TILE_TOKENS) *
                           ((N + QG_WGMMA_TILE_TOKENS - 1) / QG_WGMMA_TILE_TOKENS);
