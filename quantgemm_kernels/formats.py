@@ -490,7 +490,8 @@ class Format:
     ``header`` lists the float scale fields (fp16, or Q8_K's float32 d) that
     ``api.validate_blocks`` checks for inf/NaN, wherever they sit in the block, ``scale_div`` how
     the largest fp16 scale is made from the block's largest magnitude (for the fp16 overflow
-    warning; inf where no scale is fp16). ``cuda``: whether CUDA quantizers and dequantizers exist.
+    warning; inf where no scale is fp16; None where the scales come from a search, the K-quants:
+    ``api.quantize`` then looks for inf in the stored scales). ``cuda``: whether CUDA quantizers and dequantizers exist.
     """
 
     name: str
@@ -501,7 +502,7 @@ class Format:
     offset: int = 0
     min_field: str | None = None  #: "m" where a block also stores an additive min (Q4_1)
     header: tuple = ("d",)
-    scale_div: float = 127.0
+    scale_div: float | None = 127.0
     role: str = "weights"  #: "weights" (stored in a model), "activations" (made at run time), or both
     ggml_type: str = ""  #: llama.cpp's name, ``GGML_TYPE_*``
     doc: str = ""
@@ -594,7 +595,7 @@ SPECS: dict[str, Format] = {
             quantize_q4_k,
             _q4_k_quants,
             header=("d", "dmin"),
-            scale_div=63.0,  # dmin = max_min / 63, max_min up to max |x|
+            scale_div=None,  # d and dmin come from a search: no closed form in max |x|
             role="weights",
             ggml_type="GGML_TYPE_Q4_K",
             doc="4-bit weights in super-blocks of 256: 6-bit scale and min per 32, fp16 d and dmin",
@@ -609,7 +610,7 @@ SPECS: dict[str, Format] = {
             _q6_k_quants,
             offset=32,
             header=("d",),
-            scale_div=32.0 * 128.0,  # scale ~ max / 32 per 16, d = max_scale / 128
+            scale_div=None,  # d from a search (about max |x| / 4000): no closed form
             role="weights",
             ggml_type="GGML_TYPE_Q6_K",
             doc="6-bit weights in super-blocks of 256: int8 scale per 16, fp16 d",

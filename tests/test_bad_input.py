@@ -171,6 +171,30 @@ def test_fp16_overflow_warns_and_keeps_llama_cpp_bytes(fmt, scale):
         assert np.array_equal(q.numpy(), F.quantize(x.numpy(), fmt))
 
 
+@pytest.mark.parametrize("fmt", ["q4_k", "q6_k"])
+def test_k_quant_fp16_overflow_warns_exactly_when_a_scale_is_inf(fmt):
+    """The K-quants' d (and Q4_K's dmin) come from a search, with no closed form in max |x|: the
+    warning is decided on the stored scales, so it fires where one is inf and nowhere else. Measured
+    on normal data: Q4_K's scales overflow from max |x| ~ 8e6, Q6_K's from ~ 4e8."""
+    import warnings
+
+    import numpy as np
+    from quantgemm_kernels import formats as F
+
+    rng = np.random.default_rng(0)
+    for scale in (3e5, 1e6, 3e6, 1e7, 3e7, 1e8, 3e8, 1e9):
+        x = (rng.standard_normal((16, 256)) * scale).astype(np.float32)
+        with warnings.catch_warnings(record=True) as caught, np.errstate(all="ignore"):
+            warnings.simplefilter("always")
+            q = qk.quantize(torch.from_numpy(x), fmt)
+            want = F.quantize(x, fmt)
+        b = F.as_blocks(want, fmt)
+        inf = any(np.isinf(b[h].astype(np.float32)).any() for h in F.SPECS[fmt].header)
+        assert np.array_equal(q.numpy(), want)
+        assert any("overflows fp16" in str(w.message) for w in caught) == inf, (scale, inf)
+    assert inf  # the largest scale overflows: both outcomes were seen
+
+
 def test_gemm_q8_1_sum_argument_is_checked():
     A, W = torch.randn(3, 64), torch.randn(5, 64)
     Wq = qk.quantize(W, "q4_0")
