@@ -69,7 +69,8 @@ def _check_device(t: torch.Tensor, name: str, f: F.Format | None = None) -> None
 def quantize(x: torch.Tensor, fmt: str, *, q8_1_sum: str = "d_sum_q", check_finite: bool = True) -> torch.Tensor:
     """Quantize float32 rows ``x [rows, K]`` to llama.cpp's blocks, on x's device.
 
-    Returns uint8 ``[rows, K // block_size * block_bytes]`` (block_size 32; 256 for the K-quants) holding exactly llama.cpp's bytes.
+    Returns uint8 ``[rows, K // block_size * block_bytes]`` (block_size 32; 256 for the K-quants)
+    holding exactly llama.cpp's bytes.
     ``q8_1_sum`` picks what a Q8_1 block's ``s`` holds: ``"d_sum_q"`` (d * sum(q), llama.cpp's
     reference quantizer; default) or ``"sum_x"`` (sum of x, ggml-cuda's activation quantizer).
     Non-finite input raises (llama.cpp's result for it is undefined); a scale beyond fp16's range
