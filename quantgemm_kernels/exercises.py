@@ -40,8 +40,10 @@ chapters call on the reader's numpy code or numbers. They print what differs and
 
 from __future__ import annotations
 
+import collections
 import fcntl
 import hashlib
+import math
 import os
 import platform
 import re
@@ -50,6 +52,7 @@ import sys
 import tempfile
 import textwrap
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -185,7 +188,6 @@ KERNEL_EXERCISES: dict[str, KernelExercise] = {
                 ("zeros", "Every output is 0: the body adds nothing to acc yet."),
                 ("k_from_0", "Every K slice added the first tk values of the rows: the k loop starts at k0."),
                 ("last_slice", "Only the last K slice counts: add to acc[i][j] (+=), do not overwrite it."),
-                ("transposed_tile", "acc[i][j] belongs to A's row n0 + i and W's row m0 + j, not the other way round."),
             ),
         ),
         KernelExercise(
@@ -284,11 +286,19 @@ KERNEL_EXERCISES: dict[str, KernelExercise] = {
             formats=("q4_0", "q8_1"),
             hints=(
                 (
-                    "no_compensation",
-                    "sumi is 0: the body adds nothing yet (the scaffold then gives -8 d_w s_a per block).",
+                    "sumi_zero",
+                    "sumi is 0: the body adds nothing yet (the scaffold's d_w * (d_a * sumi - 8 * s_a) then leaves "
+                    "-8 d_w s_a per block).",
                 ),
-                ("signed", "That sumi is over nibble - 8: use the raw nibbles 0..15; the scaffold subtracts 8 * s_a."),
-                ("interleaved", "The high nibbles of word i are elements 4i+16..4i+19: pair them with a[i + 4]."),
+                (
+                    "signed_then_compensated",
+                    "That sumi is over nibble - 8: use the raw nibbles 0..15; the scaffold subtracts 8 * s_a.",
+                ),
+                (
+                    "word_pairs",
+                    "The high nibbles of word i are elements 4i+16..4i+19: pair them with a[i + 4], and the low "
+                    "nibbles with a[i].",
+                ),
             ),
         ),
         KernelExercise(
@@ -658,8 +668,14 @@ def _variant(ex: KernelExercise, which: str, shape, ins) -> np.ndarray | None:
         if which == "last_slice":
             k0 = 64 * ((K - 1) // 64)
             return A[:, k0:] @ W[:, k0:].T
-        if which == "transposed_tile":
-            return None  # no closed form; the index message says enough
+        if which == "transposed_tile":  # CUDA tile of 16: thread (tx, ty) used A row n0 + tx and W row m0 + ty
+            out = np.zeros((N, M))
+            for n in range(N):
+                for m in range(M):
+                    a_row, w_row = n - n % 16 + m % 16, m - m % 16 + n % 16
+                    if a_row < N and w_row < M:
+                        out[n, m] = A[a_row] @ W[w_row]
+            return out
         return None
     if afmt == "f32":
         A, Wq = ins
@@ -690,6 +706,16 @@ def _variant(ex: KernelExercise, which: str, shape, ins) -> np.ndarray | None:
     dw, da = wb["d"].astype(np.float64)[None], ab["d"].astype(np.float64)[:, None]
     sa = ab["s"].astype(np.float64)[:, None]
     sumi = np.einsum("nbj,mbj->nmb", qa, qw)
+    if which == "word_pairs":  # word i's low nibbles with a[2i], its high nibbles with a[2i + 1]
+        lo, hi = wb["qs"][..., :16] & 0x0F, wb["qs"][..., :16] >> 4  # [M, nb, 16] bytes 4i + t
+        q2 = np.stack([lo.reshape(*wb.shape, 4, 4), hi.reshape(*wb.shape, 4, 4)], axis=-2).reshape(*wb.shape, 32)
+        sumi = np.einsum("nbj,mbj->nmb", qa, q2.astype(np.int64))
+        return (dw * (da * sumi - 8.0 * sa)).sum(axis=2)
+    if which == "sumi_zero":
+        return (-8.0 * dw * sa).sum(axis=2)
+    if which == "signed_then_compensated":
+        sumi8 = np.einsum("nbj,mbj->nmb", qa, qw - 8)
+        return (dw * (da * sumi8 - 8.0 * sa)).sum(axis=2)
     if which == "no_compensation":
         per = dw * da * sumi
     elif which == "plus_compensation":
@@ -905,3 +931,748 @@ def check(name: str, body: str) -> bool:
     v = diagnose(name, body)
     print(v.message)
     return v.ok
+
+
+# ---------------------------------------------------------------------------------------------
+# Numpy exercises: the checkers the chapters call (chapters 1 to 7, three each)
+# ---------------------------------------------------------------------------------------------
+# Each prints what differs (with a hint for the usual mistakes) and returns a bool. The data they
+# use is made here with the recipes of the chapters' own cells (chapter 2's block x, chapter 5's
+# tie block), and the facts they check against are computed here (dp4a, the MMQ schedule, the
+# magic-number conversion) rather than taken from the notebook's namespace.
+
+
+def _viz():
+    from . import viz
+
+    return viz
+
+
+def _llamacpp():
+    from . import llamacpp
+
+    return llamacpp
+
+
+def _ch2_x() -> np.ndarray:
+    """Chapter 2's running example block."""
+    r = np.random.default_rng(2)
+    return np.clip(r.standard_normal(32) * 0.6, -1.9, 1.9).astype(np.float32)
+
+
+def _ch2_x8() -> np.ndarray:
+    """Chapter 2's Q8_0 tie block: d = 1, then values with ties at .5."""
+    x8 = np.zeros(32, np.float32)
+    x8[0] = 127.0
+    x8[1:9] = [0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 126.5, -126.5]
+    return x8
+
+
+def _ties() -> np.ndarray:
+    """Chapter 5's tie block (the same values as chapter 2's), [1, 32]."""
+    return _ch2_x8()[None, :].copy()
+
+
+def _dp4a(a, b, c):
+    """CUDA's __dp4a(a, b, c) on Python ints: c + the sum of the four signed-byte products."""
+    a8 = np.array([a & 0xFFFFFFFF], dtype=np.uint32).view(np.int8).astype(np.int64)
+    b8 = np.array([b & 0xFFFFFFFF], dtype=np.uint32).view(np.int8).astype(np.int64)
+    return int(c + (a8 * b8).sum())
+
+
+def _mmq_schedule(M, N, n_sm, mmq_y=128, mmq_x_max=128):
+    """ggml-cuda's MMQ launch decision: (tiles, waves, % of SMs busy with plain tiling, stream-k used)."""
+    tiles = -(-M // mmq_y) * -(-N // mmq_x_max)
+    waves = -(-tiles // n_sm)
+    efficiency = 100 * tiles // (n_sm * waves)
+    return tiles, waves, efficiency, efficiency < 90
+
+
+def _magic_to_float(sumi):
+    """Chapter 6's conversion: sumi added to the int32 0x4B400000, the bits read as a float, minus 1.5 * 2^23."""
+    bits = (np.int64(0x4B400000) + np.asarray(sumi, np.int64)).astype(np.uint32)
+    return bits.view(np.float32) - np.float32(12582912.0)
+
+
+# ---- chapter 01 ----
+
+
+def check_decode_costs(flops, nbytes, intensity, M=4096, N=1, K=4096):
+    """Exercise 1: FLOPs, fewest float32 bytes, arithmetic intensity of a decode GEMM."""
+    if flops is None or nbytes is None or intensity is None:
+        print("Not yet: fill in flops, nbytes and intensity.")
+        return False
+    want_flops = 2 * M * N * K
+    want_bytes = 4 * (M * K + N * K + N * M)
+    ok = True
+    if flops != want_flops:
+        ok = False
+        hint = " You counted one operation per term: a multiply-add is 2 FLOPs." if flops == M * N * K else ""
+        print(f"flops = {flops}, expected {want_flops} (2*M*N*K).{hint}")
+    if nbytes != want_bytes:
+        ok = False
+        if nbytes == want_bytes // 4:
+            hint = " You counted values; a float32 value is 4 bytes."
+        elif nbytes == 4 * M * K:
+            hint = " You counted W only: A and C move too."
+        else:
+            hint = " Count W [M,K], A [N,K] and C [N,M] once each, 4 bytes per value."
+        print(f"nbytes = {nbytes}, expected {want_bytes}.{hint}")
+    if not np.isclose(intensity, want_flops / want_bytes, rtol=1e-3):
+        ok = False
+        print(f"intensity = {intensity}, expected flops / nbytes = {want_flops / want_bytes:.4f} FLOP/byte.")
+    if ok:
+        print(f"Correct: {want_flops:,} FLOP over {want_bytes:,} bytes, {want_flops / want_bytes:.4f} FLOP/byte.")
+    return ok
+
+
+def check_gemm(my_gemm):
+    """Exercise 2: my_gemm(A [N,K], W [M,K]) must return C [N,M] = A @ W.T."""
+    for M_, N_, K_ in [(3, 2, 32), (7, 1, 64), (1, 5, 96), (33, 4, 160)]:
+        r = np.random.default_rng(M_ + N_)
+        A_ = r.standard_normal((N_, K_), dtype=np.float32)
+        W_ = r.standard_normal((M_, K_), dtype=np.float32)
+        got = my_gemm(A_, W_)
+        if got is None:
+            print("Not yet: my_gemm returned None.")
+            return False
+        got = np.asarray(got)
+        want = R.gemm_f32(A_, W_)
+        if got.shape != want.shape:
+            hint = " That is C transposed: C is [N, M] = A @ W.T." if got.shape == (M_, N_) else ""
+            print(f"M={M_}, N={N_}, K={K_}: shape {got.shape}, expected (N, M) = {want.shape}.{hint}")
+            return False
+        e = R.nmse(got, want)
+        if not e < 1e-10:
+            n_, m_ = np.unravel_index(np.argmax(np.abs(got - want)), want.shape)
+            print(
+                f"M={M_}, N={N_}, K={K_}: NMSE {e:.2e}; largest difference at "
+                f"C[{n_}, {m_}]: got {got[n_, m_]:.5f}, expected {want[n_, m_]:.5f}."
+            )
+            return False
+    print("Correct on 4 shapes, M = 1 and N = 1 included.")
+    return True
+
+
+def check_timer(timer):
+    """Exercise 3: timer(fn, warmup, reps): call fn warmup + reps times, return the median s."""
+    calls = []
+
+    def fake_kernel():  # 3 cold calls (25 ms), then 2 ms, every 4th call hit by noise (40 ms)
+        i = len(calls)
+        calls.append(i)
+        time.sleep(0.025 if i < 3 else (0.040 if i % 4 == 0 else 0.002))
+
+    got = timer(fake_kernel, 3, 16)
+    if got is None:
+        print("Not yet: the timer returned None.")
+        return False
+    if len(calls) != 3 + 16:
+        print(f"The timer called fn {len(calls)} times; expected warmup + reps = 19.")
+        return False
+    if got > 1.0:
+        print(f"Got {got:.3g}: that looks like milliseconds; return seconds.")
+        return False
+    if got > 0.010:
+        print(
+            f"Got {got * 1e3:.1f} ms; a typical call takes 2 ms. A mean, or timing the "
+            "warm-up calls, lets the slow calls pull the number up: use the median of the "
+            "timed calls."
+        )
+        return False
+    if got < 0.0019:
+        print(f"Got {got * 1e3:.2f} ms, less than one call can take (2 ms): time each call on its own.")
+        return False
+    print(f"Correct: median {got * 1e3:.2f} ms per call, cold calls and noise ignored.")
+    return True
+
+
+# ---- chapter 02 ----
+
+
+def _test_blocks():
+    """Blocks the checkers use: random, a negative maximum, ties, a zero block."""
+    r = np.random.default_rng(7)
+    blocks = [r.standard_normal(32).astype(np.float32) for _ in range(3)]
+    blocks += [_ch2_x(), _ch2_x8(), np.zeros(32, np.float32)]
+    blocks.append((r.standard_t(3, 32) * 5).astype(np.float32))
+    return blocks
+
+
+def check_dequant_q4_0(my_dequant):
+    """Exercise 1: my_dequant(18 bytes) -> 32 float32, as llama.cpp's dequantize_row_q4_0."""
+    for b, xb in enumerate(_test_blocks()):
+        raw = bytes(F.quantize(xb[None, :], "q4_0")[0])
+        want = F.dequantize(np.frombuffer(raw, np.uint8)[None, :], "q4_0")[0]
+        got = my_dequant(raw)
+        if got is None:
+            print("Not yet: the function returned None.")
+            return False
+        got = np.asarray(got, dtype=np.float32).reshape(-1)
+        if got.shape != (32,):
+            print(f"Block {b}: expected 32 values, got shape {got.shape}.")
+            return False
+        if not np.array_equal(got, want):
+            j = int(np.argmax(got != want))
+            dd = float(np.frombuffer(raw[:2], "<f2")[0])
+            hints = []
+            if np.allclose(got, want + 8 * dd):
+                hints.append("every value is 8*d too large: subtract 8 from each nibble")
+            inter = np.empty(32, np.float32)
+            inter[0::2], inter[1::2] = want[:16], want[16:]
+            if np.array_equal(got, inter):
+                hints.append(
+                    "you read the nibbles as neighbours (2j, 2j+1); value j is the "
+                    "low nibble and value j+16 the high nibble of byte 2+j"
+                )
+            print(
+                f"Block {b}: value {j} is {got[j]}, expected {want[j]} (d = {dd})."
+                + (" Hint: " + "; ".join(hints) + "." if hints else "")
+            )
+            return False
+    print("Correct on 7 blocks, the zero block included.")
+    return True
+
+
+def check_quantize_q8_0(my_quantize):
+    """Exercise 2: my_quantize(32 float32) -> 34 bytes, as quantize_row_q8_0_ref."""
+    for b, xb in enumerate(_test_blocks()):
+        want = F.quantize(xb[None, :], "q8_0")[0]
+        got = my_quantize(xb.copy())
+        if got is None:
+            print("Not yet: the function returned None.")
+            return False
+        got = np.frombuffer(bytes(got), np.uint8)
+        if got.shape != (34,):
+            print(f"Block {b}: expected 34 bytes, got {got.size}.")
+            return False
+        if not np.array_equal(got[:2], want[:2]):
+            got_d, want_d = got[:2].view("<u2")[0], want[:2].view("<u2")[0]
+            print(
+                f"Block {b}: d differs: got fp16 bits 0x{got_d:04x}, expected 0x{want_d:04x} "
+                "(d = max|x| / 127, stored as little-endian float16)."
+            )
+            return False
+        if not np.array_equal(got, want):
+            j = int(np.argmax(got[2:] != want[2:]))
+            xd = xb[j] * (np.float32(1) / np.float32(np.abs(xb).max() / np.float32(127)))
+            hint = (
+                " x/d is a tie (.5): C's roundf rounds half away from zero; np.round rounds half to even."
+                if abs(abs(xd) % 1 - 0.5) < 1e-6
+                else ""
+            )
+            got_q, want_q = got[2:].view(np.int8)[j], want[2:].view(np.int8)[j]
+            print(f"Block {b}: quant {j} is {got_q}, expected {want_q} (x = {xb[j]}, x/d = {xd}).{hint}")
+            return False
+    print("Correct on 7 blocks, ties and the zero block included.")
+    return True
+
+
+def check_block_dot(my_block_dot):
+    """Exercise 3: my_block_dot(Q4_0 bytes, Q8_1 bytes) -> float, with the compensation."""
+    for b in range(5):
+        w = _viz().sample_values("normal", (1, 32), seed=100 + b)
+        a = _viz().sample_values("student_t", (1, 32), seed=200 + b)
+        wq, aq = F.quantize(w, "q4_0"), F.quantize(a, "q8_1")
+        want = float(R.gemm_wq_aq8_1(aq, wq, "q4_0")[0, 0])
+        got = my_block_dot(bytes(wq[0]), bytes(aq[0]))
+        if got is None:
+            print("Not yet: the function returned None.")
+            return False
+        if not np.isclose(got, want, rtol=1e-6, atol=1e-9):
+            wb = F.as_blocks(wq, "q4_0")[0, 0]
+            ab = F.as_blocks(aq, "q8_1")[0, 0]
+            qw_, qa_ = F.unpack_quants(wq, "q4_0")[0], F.unpack_quants(aq, "q8_1")[0]
+            sumi = int(np.sum(qw_ * qa_))
+            no_comp = float(wb["d"]) * float(ab["d"]) * sumi
+            plus = float(wb["d"]) * (float(ab["d"]) * sumi + 8 * float(ab["s"]))
+            if np.isclose(got, no_comp):
+                hint = " That is d_w*d_a*sumi: the -8*s term is missing."
+            elif np.isclose(got, plus):
+                hint = " The sign of the 8*s term is flipped."
+            else:
+                hint = ""
+            print(f"Block pair {b}: got {got:.6f}, expected {want:.6f}.{hint}")
+            return False
+    print("Correct on 5 block pairs.")
+    return True
+
+
+# ---- chapter 03 ----
+
+
+def check_w4a16_bytes(nbytes, intensity_, M=4096, N=1, K=4096):
+    """Exercise 1: fewest bytes and arithmetic intensity of a W4A16 decode GEMM (Q4_0 W, f32 A and C)."""
+    if nbytes is None or intensity_ is None:
+        print("Not yet: fill in nbytes and intensity.")
+        return False
+    want = M * (K // 32) * 18 + 4 * N * K + 4 * N * M
+    ok = True
+    if nbytes != want:
+        ok = False
+        if nbytes == M * K // 2 + 4 * N * K + 4 * N * M:
+            hint = " You counted half a byte per weight: each block of 32 also stores its 2-byte scale."
+        elif nbytes == M * (K // 32) * 18:
+            hint = " You counted W only: A and C are float32 and move too."
+        elif nbytes == 4 * (M * K + N * K + N * M):
+            hint = " That is float32 weights; Q4_0 stores 18 bytes per 32 weights."
+        else:
+            hint = " Count W (18 bytes per block of 32), A and C (4 bytes per value) once each."
+        print(f"nbytes = {nbytes}, expected {want}.{hint}")
+    if not np.isclose(intensity_, 2 * M * N * K / want, rtol=1e-3):
+        ok = False
+        print(f"intensity = {intensity_}, expected 2*M*N*K / nbytes = {2 * M * N * K / want:.4f} FLOP/byte.")
+    if ok:
+        print(f"Correct: {want:,} bytes, {2 * M * N * K / want:.3f} FLOP/byte (float32: 0.500).")
+    return ok
+
+
+def check_w4a16_dot(my_dot):
+    """Exercise 2: my_dot(a [K] float32, w_bytes [K/32*18] uint8) must return one W4A16 output."""
+    r = np.random.default_rng(5)
+    for case in range(4):
+        K_ = 32 * (case + 1) * 3
+        a = r.standard_normal(K_).astype(np.float32)
+        w = (r.standard_t(3, (1, K_)) * 0.1).astype(np.float32)
+        if case == 2:
+            w[:, :32] = 0.0  # a block of zeros: d = 0
+        wq = F.quantize(w, "q4_0")
+        want = float(R.gemm_wq_af32(a[None, :], wq, "q4_0")[0, 0])
+        got = my_dot(a.copy(), wq[0].copy())
+        if got is None:
+            print("Not yet: my_dot returned None.")
+            return False
+        got = float(got)
+        if abs(got - want) <= 1e-5 * (np.abs(a).sum() * np.abs(F.dequantize(wq, "q4_0")).max() + 1e-30):
+            continue
+        deq = F.dequantize(wq, "q4_0")[0].astype(np.float64)
+        d_per = np.repeat(F.as_blocks(wq, "q4_0")["d"][0].astype(np.float64), 32)
+        blocks32 = deq.reshape(-1, 32)
+        inter = np.stack([blocks32[:, :16], blocks32[:, 16:]], axis=2).reshape(-1)  # nibbles read as neighbours
+        if np.isclose(got, float(a @ (deq + 8 * d_per)), rtol=1e-5):
+            hint = " You used the nibbles 0..15 as they are: subtract 8 (or subtract 8 * d * sum(a) per block)."
+        elif np.isclose(got, float(a @ inter), rtol=1e-5):
+            hint = " The nibbles are in the wrong order: byte j holds element j (low) and element j + 16 (high)."
+        else:
+            hint = ""
+        print(f"K = {K_}: got {got:.6f}, expected {want:.6f}.{hint}")
+        return False
+    print("Correct on 4 rows, a zero block included.")
+    return True
+
+
+def w4a16_intensity(M, N, K):
+    """FLOP per byte of a W4A16 GEMM (Q4_0 W, f32 A and C), as in the text."""
+    return 2.0 * M * N * K / (M * (K // 32) * 18 + 4 * N * K + 4 * N * M)
+
+
+def check_ridge_n(my_ridge_n):
+    """Exercise 3: my_ridge_n(M, K, balance) = smallest N whose W4A16 intensity reaches `balance`."""
+    for M_, K_, bal in [
+        (4096, 4096, 20.0),
+        (4096, 14336, 20.0),
+        (4096, 4096, 295.0),
+        (11008, 4096, 3.0),
+        (4096, 4096, 3.5),
+    ]:
+        want = next(n for n in range(1, 1 << 20) if w4a16_intensity(M_, n, K_) >= bal)
+        got = my_ridge_n(M_, K_, bal)
+        if got is None:
+            print("Not yet: my_ridge_n returned None.")
+            return False
+        if got != want:
+            hint = ""
+            if got == want - 1:
+                hint = f" At N = {got} the intensity is {w4a16_intensity(M_, got, K_):.2f}, still below {bal}."
+            elif got == want + 1:
+                hint = f" N = {want} already reaches {w4a16_intensity(M_, want, K_):.2f} >= {bal}: the smallest N."
+            print(f"M={M_}, K={K_}, balance {bal}: got N = {got}, expected {want}.{hint}")
+            return False
+    print("Correct on 5 cases.")
+    return True
+
+
+# ---- chapter 04 ----
+
+
+def _i32(u):
+    """A 32-bit pattern as a signed Python int, as a C `int` holds it."""
+    return int(np.array([u & 0xFFFFFFFF], dtype=np.uint32).view(np.int32)[0])
+
+
+def check_dp4a(my_dp4a):
+    """Exercise 1: my_dp4a(a, b, c) must equal CUDA's __dp4a on signed 32-bit ints."""
+    r = np.random.default_rng(9)
+    cases = [
+        (0x01020304, 0x01010101, 0),
+        (_i32(0xFFFFFFFF), 0x01010101, 0),
+        (_i32(0x80808080), _i32(0x80808080), 5),
+        (0x7F7F7F7F, _i32(0x81818181), -7),
+    ]
+    cases += [
+        (_i32(int(r.integers(0, 2**32))), _i32(int(r.integers(0, 2**32))), int(r.integers(-1000, 1000)))
+        for _ in range(20)
+    ]
+    for a, b, c in cases:
+        want = _dp4a(a, b, c)
+        got = my_dp4a(a, b, c)
+        if got is None:
+            print("Not yet: my_dp4a returned None.")
+            return False
+        if got != want:
+            hint = ""
+            if got == c + sum(((a >> 8 * t) & 0xFF) * ((b >> 8 * t) & 0xFF) for t in range(4)):
+                hint = " The bytes are signed: 0xFF is -1, 0x80 is -128."
+            elif got == want - c:
+                hint = " Add the accumulator c."
+            print(f"my_dp4a(0x{a & 0xFFFFFFFF:08x}, 0x{b & 0xFFFFFFFF:08x}, {c}) = {got}, expected {want}.{hint}")
+            return False
+    print(f"Correct on {len(cases)} cases, negative bytes included.")
+    return True
+
+
+def check_block_sumi(my_block_sumi):
+    """Exercise 2: my_block_sumi(w_words, a_words, dp4a) = sumi of one Q4_0 x Q8_1 block pair, 8 dp4a calls."""
+    r = np.random.default_rng(10)
+    for case in range(6):
+        nib = r.integers(0, 16, 32)
+        qa = r.integers(-127, 128, 32)
+        w_bytes = (nib[:16] | (nib[16:] << 4)).astype(np.uint8)  # byte j: element j low, j + 16 high
+        w_words = [int(v) for v in w_bytes.view("<u4")]
+        a_words = [_i32(int(v)) for v in qa.astype(np.int8).view("<u4")]
+        calls = []
+
+        def counting_dp4a(a, b, c):
+            calls.append(1)
+            return _dp4a(a, b, c)
+
+        got = my_block_sumi(list(w_words), list(a_words), counting_dp4a)
+        want = int((nib * qa).sum())
+        if got is None:
+            print("Not yet: my_block_sumi returned None.")
+            return False
+        if got != want:
+            lo = [(w & 0x0F0F0F0F) for w in w_words]
+            hi = [((w >> 4) & 0x0F0F0F0F) for w in w_words]
+            neighbours = sum(_dp4a(lo[i], a_words[2 * i], 0) + _dp4a(hi[i], a_words[2 * i + 1], 0) for i in range(4))
+            unmasked = sum(
+                _dp4a(lo[i], a_words[i], 0) + _dp4a(_i32(w_words[i] >> 4), a_words[i + 4], 0) for i in range(4)
+            )
+            if got == neighbours:
+                hint = " The high nibbles of word i are elements 4i+16..4i+19: pair them with activation word i + 4."
+            elif got == unmasked:
+                hint = (
+                    " Mask after the shift: (v >> 4) & 0x0F0F0F0F; v >> 4 alone keeps bits of the neighbouring nibble."
+                )
+            elif got == int(((nib - 8) * qa).sum()):
+                hint = " That is the compensated dot product: sumi uses the raw nibbles 0..15."
+            else:
+                hint = ""
+            print(f"Block pair {case}: got {got}, expected {want}.{hint}")
+            return False
+        if len(calls) != 8:
+            print(f"Right value, but dp4a was called {len(calls)} times; a block pair is 4 weight words x 2 = 8 calls.")
+            return False
+    print("Correct on 6 block pairs, with 8 dp4a each.")
+    return True
+
+
+def check_overflow_c(c):
+    """Exercise 3: the smallest integer c whose block of 32 copies has s = inf in Q8_1 (s = d * sum(q))."""
+    if c is None:
+        print("Not yet: set c.")
+        return False
+
+    def s_of(v):
+        with warnings.catch_warnings(), np.errstate(over="ignore"):
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return float(F.as_blocks(F.quantize(np.full((1, 32), v, np.float32), "q8_1"), "q8_1")[0, 0]["s"])
+
+    if not np.isinf(s_of(c)):
+        print(f"c = {c}: s = {s_of(c):g}, still finite. fp16 rounds to inf only from 65520 on.")
+        return False
+    if np.isinf(s_of(c - 1)):
+        print(f"c = {c} overflows, but so does c - 1 = {c - 1} (s = inf): look lower.")
+        return False
+    print(f"Correct: c = {c} gives s = inf, c - 1 gives s = {s_of(c - 1):g}.")
+    return True
+
+
+# ---- chapter 05 ----
+
+
+def _exercise_blocks():
+    """Block pairs for the checkers: random, heavy-tailed, a tie block, a zero weight block."""
+    r = np.random.default_rng(11)
+    ws = [r.standard_normal(32).astype(np.float32) for _ in range(4)] + [np.zeros(32, np.float32)]
+    acts = [
+        r.standard_normal(32).astype(np.float32),
+        (r.standard_t(3, 32) * 4).astype(np.float32),
+        _ties()[0].copy(),
+        r.uniform(-1, 1, 32).astype(np.float32),
+        r.standard_normal(32).astype(np.float32),
+    ]
+    return list(zip(ws, acts))
+
+
+def check_vec_dot_q4_0_q8_0(my_dot):
+    """Exercise 1: my_dot(Q4_0 bytes, Q8_0 bytes) -> float, checked against ggml's CPU vec_dot."""
+    for i, (w, a) in enumerate(_exercise_blocks()):
+        w_raw = F.quantize(w[None, :], "q4_0")[0]
+        a_raw = _llamacpp().ggml_quantize(a[None, :], "q8_0", ref=False)[0]  # what ggml's vec_dot sees
+        want = _llamacpp().ggml_vec_dot("q4_0", w_raw, a)
+        got = my_dot(bytes(w_raw), bytes(a_raw))
+        if got is None:
+            print("Not yet: the function returned None.")
+            return False
+        if not np.isclose(got, want, rtol=1e-5, atol=1e-6):
+            d_w = float(np.frombuffer(bytes(w_raw[:2]), "<f2")[0])
+            d_a = float(np.frombuffer(bytes(a_raw[:2]), "<f2")[0])
+            qs = np.frombuffer(bytes(w_raw[2:18]), np.uint8)
+            q_a = np.frombuffer(bytes(a_raw[2:34]), np.int8).astype(np.int64)
+            nib = np.concatenate([qs & 0x0F, qs >> 4]).astype(np.int64)
+            hint = ""
+            if np.isclose(got, d_w * d_a * int(np.dot(nib, q_a))):
+                hint = " You multiplied the raw nibbles: subtract 8 from each first (Q8_0 has no s to compensate)."
+            elif np.isclose(got, d_w * d_a * int(np.dot(np.stack([qs & 0x0F, qs >> 4], 1).reshape(-1) - 8, q_a))):
+                hint = " Nibble order: value j is the low nibble and value j+16 the high nibble of byte 2+j."
+            print(f"Block pair {i}: got {got:.6g}, ggml's vec_dot gives {want:.6g}.{hint}")
+            return False
+    print("Correct: equal to ggml's ggml_vec_dot_q4_0_q8_0 on 5 block pairs.")
+    return True
+
+
+def check_mmq_schedule(my_schedule):
+    """Exercise 2: my_schedule(M, N, n_sm) -> (tiles, stream_k) as ggml-cuda's MMQ decides them."""
+    cases = [
+        (4096, 512, 132),
+        (4096, 512, 114),
+        (4096, 64, 132),
+        (14336, 512, 132),
+        (4096, 9, 132),
+        (11008, 300, 108),
+        (512, 4096, 132),
+        (128, 128, 1),
+    ]
+    for M, N, n_sm in cases:
+        tiles, _, _, stream_k = _mmq_schedule(M, N, n_sm)
+        got = my_schedule(M, N, n_sm)
+        if got is None:
+            print("Not yet: the function returned None.")
+            return False
+        got_tiles, got_sk = got
+        if got_tiles != tiles:
+            hint = " Round up: a partial tile is a tile." if got_tiles == (M // 128) * (N // 128) else ""
+            print(f"M={M}, N={N}: {got_tiles} tiles, expected {tiles} (128 x 128 tiles).{hint}")
+            return False
+        if bool(got_sk) != stream_k:
+            waves = -(-tiles // n_sm)
+            print(
+                f"M={M}, N={N}, {n_sm} SMs: stream_k={bool(got_sk)}, expected {stream_k}: {tiles} tiles in "
+                f"{waves} wave(s) keep {100 * tiles // (n_sm * waves)}% of the SMs busy; stream-k runs below 90%."
+            )
+            return False
+    print(f"Correct on {len(cases)} shapes and GPUs.")
+    return True
+
+
+def check_quantize_q8_0_simd(my_quantize):
+    """Exercise 3: my_quantize(32 float32) -> 34 bytes equal to ggml's CPU mul_mat quantizer (from_float)."""
+    for i, (_, a) in enumerate(_exercise_blocks()):
+        want = _llamacpp().ggml_quantize(a[None, :], "q8_0", ref=False)[0]
+        got = my_quantize(a.copy())
+        if got is None:
+            print("Not yet: the function returned None.")
+            return False
+        got = np.frombuffer(bytes(got), np.uint8)
+        if got.shape != (34,):
+            print(f"Block {i}: expected 34 bytes, got {got.size}.")
+            return False
+        if not np.array_equal(got, want):
+            j = int(np.argmax(got != want))
+            ref = F.quantize(a[None, :], "q8_0")[0]
+            hint = (
+                " That is the reference quantizer's byte (roundf); the vectorized one rounds ties to even."
+                if got[j] == ref[j] and j >= 2
+                else ""
+            )
+            print(f"Block {i}: byte {j} is {got[j]}, ggml's from_float gives {want[j]}.{hint}")
+            return False
+    print("Correct: the bytes of ggml's vectorized quantize_row_q8_0 on 5 blocks, ties included.")
+    return True
+
+
+# ---- chapter 06 ----
+
+
+def check_bank(my_bank):
+    """Exercise 1: my_bank(lane, block, pad) = the first bank of the lane's 16-byte read in the decode kernel."""
+    cases = [(u, i, p) for p in (0, 1, 2, 3) for u in (0, 1, 2, 5, 7, 8, 13, 31) for i in (0, 3, 7)]
+    for lane_, block, pad in cases:
+        want = ((lane_ * (16 + pad) + 2 * block) * 16 // 4) % 32
+        got = my_bank(lane_, block, pad)
+        if got is None:
+            print("Not yet: the function returned None.")
+            return False
+        if got != want:
+            hint = ""
+            if got == ((lane_ * 16 + 2 * block) * 16 // 4) % 32:
+                hint = " That is the bank without the pad: a unit takes 16 + pad vectors."
+            elif got == (lane_ * (16 + pad) + 2 * block) % 32:
+                hint = " That counts 16-byte vectors; a bank is 4 bytes wide: multiply by 16, divide by 4."
+            elif got == ((lane_ * (16 + pad) + block) * 16 // 4) % 32:
+                hint = " A block's 32 quants take two 16-byte vectors: block i starts at vector 2i."
+            print(f"lane {lane_}, block {block}, pad {pad}: got bank {got}, expected {want}.{hint}")
+            return False
+    print(f"Correct on {len(cases)} cases.")
+    return True
+
+
+def check_unit(my_unit):
+    """Exercise 2: my_unit(block_bytes) = (blocks per 16-byte-aligned unit, 16-byte loads per unit)."""
+    for bb in (18, 34, 36, 20, 22, 24, 16):  # Q4_0, Q8_0, Q8_1, Q4_1, Q5_0, Q5_1, a 16-byte block
+        want = (math.lcm(bb, 16) // bb, math.lcm(bb, 16) // 16)
+        got = my_unit(bb)
+        if got is None:
+            print("Not yet: the function returned None.")
+            return False
+        if tuple(got) != want:
+            hint = ""
+            if tuple(got) == (16, bb):
+                hint = " 16 blocks always work, but fewer do: the smallest common multiple of the block and 16 bytes."
+            elif got[0] == math.lcm(bb, 16):
+                hint = " That is the unit in bytes; count it in blocks."
+            print(f"{bb}-byte blocks: got {tuple(got)}, expected {want}.{hint}")
+            return False
+    print("Correct for blocks of 18 (Q4_0), 34 (Q8_0), 36 (Q8_1), 20 (Q4_1), 22 (Q5_0), 24 (Q5_1) and 16 bytes.")
+    return True
+
+
+def check_magic_range(lo, hi):
+    """Exercise 3: the smallest and largest int32 sumi for which the 0x4B400000 trick is exact."""
+    if lo is None or hi is None:
+        print("Not yet: set lo and hi.")
+        return False
+    if _magic_to_float(lo) != lo or _magic_to_float(hi) != hi:
+        bad = lo if _magic_to_float(lo) != lo else hi
+        print(f"sumi = {bad}: the trick gives {_magic_to_float(bad):.1f}, not exact. The range is narrower.")
+        return False
+    x = np.arange(lo, hi + 1)
+    if not np.array_equal(_magic_to_float(x), x.astype(np.float32)):
+        print(f"Some values between {lo} and {hi} come out wrong.")
+        return False
+    for edge in (lo - 1, hi + 1):
+        if _magic_to_float(edge) == edge:
+            print(f"sumi = {edge} is exact too: the range is wider than [{lo}, {hi}].")
+            return False
+    print(
+        f"Correct: exact on [{lo}, {hi}] ({x.size:,} values), wrong just outside. The mma kernel's Q4_0 "
+        f"sums need |sumi| <= {16 * 8 * 127 * 32}, Q8_0 {32 * 127 * 127}: both fit."
+    )
+    return True
+
+
+# ---- chapter 07 ----
+
+
+def check_q4_1_block(my_q4_1_block, tensors):
+    """Exercise 1: my_q4_1_block(raw) = the 32 float32 values of one 20-byte Q4_1 block (``tensors``: the
+    chapter's SmolLM2 tensors by name)."""
+    W_raw = np.asarray(tensors["blk.7.attn_v.weight"].data)
+    cases = [W_raw[r, 20 * b : 20 * b + 20] for r, b in ((0, 0), (5, 3), (100, 17), (191, 8))]
+    synthetic = F.quantize(np.linspace(-1.0, 3.0, 32, dtype=np.float32)[None, :], "q4_1")[0]
+    for raw in [*cases, synthetic]:
+        want = F.dequantize(raw[None, :], "q4_1")[0]
+        got = my_q4_1_block(raw.copy())
+        if got is None:
+            print("Not yet: the function returned None.")
+            return False
+        got = np.asarray(got, dtype=np.float32).reshape(-1)
+        if got.shape != (32,):
+            print(f"Expected 32 values, got {got.shape[0]}.")
+            return False
+        if not np.array_equal(got, want):
+            d, m = (float(v) for v in raw[:4].view("<f2"))
+            q = np.concatenate([raw[4:] & 15, raw[4:] >> 4]).astype(np.float32)
+            hint = ""
+            if np.allclose(got, want - m):
+                hint = " The min m is missing: value = q * d + m."
+            elif np.allclose(got, (q - 8) * d + m) or np.allclose(got, (q - 8) * d):
+                hint = " Q4_1 subtracts nothing from a nibble (that is Q4_0's 8): value = q * d + m."
+            elif np.allclose(got, np.stack([raw[4:] & 15, raw[4:] >> 4], 1).reshape(-1) * d + m):
+                hint = " Element j is the low nibble of byte j and element j + 16 its high nibble, not alternating."
+            elif np.allclose(got, want, rtol=1e-6):
+                hint = " Almost: round q * d to float32 before adding m, as ggml does."
+            i = int(np.argmax(got != want))
+            print(f"Value {i} is {got[i]!r}, expected {want[i]!r}.{hint}")
+            return False
+    print(f"Correct on {len(cases) + 1} blocks, bit for bit.")
+    return True
+
+
+def check_gemm_q4_1(my_gemm_q4_1, tensors):
+    """Exercise 2: my_gemm_q4_1(Aq, Wq) = C [N, M] for Q8_1 activation bytes and Q4_1 weight bytes."""
+    r = np.random.default_rng(21)
+    Wq = np.asarray(tensors["blk.3.ffn_up.weight"].data)[:48]  # 48 rows of real Q4_1 weights, K = 576
+    Aq = F.quantize(r.standard_normal((3, 576)).astype(np.float32), "q8_1")
+    want = R.gemm_wq_aq8_1(Aq, Wq, "q4_1")
+    got = my_gemm_q4_1(Aq, Wq)
+    if got is None:
+        print("Not yet: the function returned None.")
+        return False
+    got = np.asarray(got, dtype=np.float64)
+    if got.shape != want.shape:
+        print(f"C must be [N, M] = {list(want.shape)}, got {list(got.shape)}.")
+        return False
+    e = R.nmse(got, want)
+    if e < 1e-12:
+        print(f"Correct: NMSE {e:.1e} against R.gemm_wq_aq8_1.")
+        return True
+    wb, ab = F.as_blocks(Wq, "q4_1"), F.as_blocks(Aq, "q8_1")
+    qw = F.unpack_quants(Wq, "q4_1").reshape(*wb.shape, 32).astype(np.float64)
+    qa = F.unpack_quants(Aq, "q8_1").reshape(*ab.shape, 32).astype(np.float64)
+    sumi = np.einsum("nbj,mbj->nmb", qa, qw)
+    dw, mw = wb["d"].astype(np.float64)[None], wb["m"].astype(np.float64)[None]
+    da, sa = ab["d"].astype(np.float64)[:, None], ab["s"].astype(np.float64)[:, None]
+    suspects = {
+        "the m_w * s_a term is missing": (dw * da * sumi).sum(2),
+        "the min multiplies sum(q_a) without d_a: s_a already holds d_a * sum(q_a)": (
+            dw * da * sumi + mw * sa / da
+        ).sum(2),
+        "that is Q4_0's compensation (- 8 s_a); Q4_1 adds m_w * s_a": (dw * (da * sumi - 8 * sa)).sum(2),
+    }
+    hint = next((h for h, C_bad in suspects.items() if R.nmse(C_bad, want) < 1e-12 or R.nmse(got, C_bad) < 1e-12), "")
+    print(f"NMSE {e:.2e} against the reference (needs < 1e-12). {hint}")
+    return False
+
+
+def check_tensor_types(my_tensor_types, reader):
+    """Exercise 3: my_tensor_types(reader) = {tensor name: GGML type name} for every tensor of the file."""
+    want = {t.name: t.tensor_type.name for t in reader.tensors}
+    got = my_tensor_types(reader)
+    if got is None:
+        print("Not yet: the function returned None.")
+        return False
+    missing, extra = sorted(set(want) - set(got)), sorted(set(got) - set(want))
+    if missing or extra:
+        print(
+            f"{len(missing)} tensors missing (first: {missing[:1]}), {len(extra)} unknown names (first: {extra[:1]})."
+        )
+        return False
+    wrong = [n for n in want if got[n] != want[n]]
+    if wrong:
+        print(f"{len(wrong)} types differ; {wrong[0]!r} is {want[wrong[0]]}, you said {got[wrong[0]]!r}.")
+        return False
+    by = collections.defaultdict(list)
+    for n, ty in want.items():
+        by[ty].append(n)
+    print("Correct. " + "; ".join(f"{ty}: {len(ns)} tensors" for ty, ns in sorted(by.items())))
+    print(
+        "Q8_0:",
+        by["Q8_0"],
+        " F32, e.g.:",
+        by["F32"][:3],
+        " Q4_1 in every layer:",
+        sorted({n.split(".", 2)[2] for n in by["Q4_1"]}),
+    )
+    return True
