@@ -28,18 +28,28 @@ What this adds to a bare ``load()`` call, and why:
   names an object file after its source's file name, so a source whose name another source of the
   same build shares is compiled through a one-line file in the build directory that includes it
   (:func:`object_safe_sources`); the compiler still reports, and the cache key still hashes, the file itself.
+* **Threads.** torch's OpenMP builds implement ``at::parallel_for`` in their headers; an extension
+  compiled without OpenMP runs it on one thread. ``-fopenmp`` joins the flags where the compiler
+  has it (:func:`_openmp_flags`); elsewhere (Apple clang) ``csrc/parallel.h`` runs the chunks on
+  std::threads. Either way ``torch.set_num_threads`` sets the CPU kernels' threads.
+* **The instruction set** (:func:`_cpu_arch_flags`): this CPU's by default; ``QUANTGEMM_CPU_ARCH``
+  picks another (``x86-64-v3``: AVX2 only), built into a cache folder of its own (the flags are
+  part of the key).
 * **One status line** while compiling, and a clear message when no compiler is found.
 """
 
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import os
 import platform
 import re
 import shutil
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import NamedTuple
@@ -97,8 +107,15 @@ def cuda_build_possible() -> bool:
 
 
 def _cpu_arch_flags() -> list[str]:
-    """-march=native by default; ``QUANTGEMM_CPU_ARCH=portable`` for a build that runs on any CPU
-    of this architecture (the SIMD kernels then take their portable paths), or e.g. ``x86-64-v3``."""
+    """The instruction set the SIMD kernels are compiled for (they choose their path at compile time).
+
+    Default ``native``: ``-march=native`` on x86 (AVX-512 VNNI or AVX2, as the CPU has them);
+    on ARM ``-mcpu=native`` (GCC, Linux), or ``-mcpu=apple-m1`` on macOS (Apple clang; every Apple
+    silicon Mac has M1's NEON dot product, and the binary runs on all of them).
+    ``QUANTGEMM_CPU_ARCH=portable``: no flag, a build that runs on any CPU of this architecture (x86:
+    the portable loops; aarch64: NEON without the dot product). Anything else is passed as
+    ``-march=<value>``: ``x86-64-v3`` builds the AVX2-only variant on an AVX-512 machine,
+    ``armv8.2-a+dotprod`` an ARM build with ``sdot``."""
     arch = os.environ.get("QUANTGEMM_CPU_ARCH", "native")
     if arch == "portable":
         return []
@@ -108,8 +125,33 @@ def _cpu_arch_flags() -> list[str]:
     if machine in ("x86_64", "amd64"):
         return ["-march=native"]  # picks AVX2 / AVX-512 VNNI where the CPU has them
     if machine in ("aarch64", "arm64"):
-        return ["-mcpu=native"]
+        return ["-mcpu=apple-m1"] if sys.platform == "darwin" else ["-mcpu=native"]
     return []
+
+
+@functools.lru_cache(maxsize=None)
+def _openmp_flags(cxx: str) -> tuple[str, ...]:
+    """``-fopenmp`` where the C++ compiler has OpenMP (GCC does, Apple clang does not), else nothing.
+
+    torch's OpenMP builds implement ``at::parallel_for`` inline in their headers as
+    ``#pragma omp parallel``: compiled without OpenMP it runs every chunk on the calling thread.
+    With ``-fopenmp`` it runs on torch's own OpenMP threads (the runtime torch has loaded, sized by
+    ``torch.set_num_threads``); without, ``csrc/parallel.h`` runs the same chunks on std::threads.
+    ``QUANTGEMM_OPENMP=0`` leaves the flag out (to build and test that fallback here)."""
+    if os.environ.get("QUANTGEMM_OPENMP", "1") == "0":
+        return ()
+    probe = b"#include <omp.h>\nint main() { return omp_get_max_threads() > 0 ? 0 : 1; }\n"
+    with tempfile.TemporaryDirectory() as d:
+        try:
+            r = subprocess.run(
+                [cxx, "-fopenmp", "-x", "c++", "-", "-o", os.path.join(d, "probe")],
+                input=probe,
+                capture_output=True,
+                timeout=60,
+            )
+        except (OSError, subprocess.SubprocessError):
+            return ()
+    return ("-fopenmp",) if r.returncode == 0 else ()
 
 
 def _glob(patterns) -> list[Path]:
@@ -125,7 +167,8 @@ def build_config(with_cuda: bool, ext: Extension = CORE) -> dict:
     # llama.cpp's C reference does; kernels that want an FMA write fmaf() themselves.
     # No -std flag: torch's cpp_extension passes the standard its headers were built for (C++20
     # from torch 2.10 on); a -std=c++17 after it would compile torch's headers in another mode.
-    cflags = ["-O3", "-ffp-contract=off", *_cpu_arch_flags()]
+    openmp = list(_openmp_flags(os.environ.get("CXX", "c++")))
+    cflags = ["-O3", "-ffp-contract=off", *_cpu_arch_flags(), *openmp]
     cuda_flags = ["-O3", "-lineinfo"]
     # QUANTGEMM_NVCC_FLAGS: extra nvcc flags for experiments (e.g. "-Xptxas -v" or a -D switch); they are
     # part of the fingerprint, so each set of flags gets its own build directory.
@@ -139,6 +182,7 @@ def build_config(with_cuda: bool, ext: Extension = CORE) -> dict:
     return {
         "sources": sources,
         "cflags": cflags,
+        "ldflags": openmp,
         "cuda_flags": cuda_flags,
         "with_cuda": with_cuda,
         "arch_list": arch_list,
@@ -337,6 +381,7 @@ def _compile(cfg: dict, name: str, build_dir: Path, with_cuda: bool, what: str) 
             name=name,
             sources=[str(s) for s in object_safe_sources(cfg["sources"], build_dir)],
             extra_cflags=cfg["cflags"],
+            extra_ldflags=cfg.get("ldflags", []),
             extra_cuda_cflags=cfg["cuda_flags"],
             build_directory=str(build_dir),
             with_cuda=with_cuda,

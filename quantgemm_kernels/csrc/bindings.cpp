@@ -3,14 +3,16 @@
 // It registers the core operators under torch.ops.quantgemm (quantize, dequantize, gemm, and the
 // kernel and format tables the tests compare with registry.py and formats.py), checks every input before a kernel sees
 // a pointer (dtype, device, shape, contiguity, alignment), allocates the output and calls the
-// kernel: CPU kernels split over threads with at::parallel_for, CUDA launchers on the current
+// kernel: CPU kernels split over threads with at::parallel_for (parallel.h), CUDA launchers on the current
 // stream with a launch check. The Python layer (quantgemm_kernels/api.py) checks the same things
 // first with friendlier messages; these checks are the last line before memory is touched.
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 #include <torch/all.h>
 
+#include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -18,6 +20,7 @@
 
 #include "check.h"
 #include "gemm.h"
+#include "parallel.h"
 
 #define QG_CPU_KERNEL(name, wfmt, afmt) void name(const GemmProblem& p, int m_begin, int m_end);
 #include "cpu/kernels.def"
@@ -94,7 +97,7 @@ at::Tensor quantize_cpu(const at::Tensor& x, c10::string_view fmt_sv, int64_t su
     if (rows == 0) return q;
     const float* xp = x.data_ptr<float>();
     uint8_t* qp = q.data_ptr<uint8_t>();
-    at::parallel_for(0, rows, 16, [&](int64_t r0, int64_t r1) {
+    qg_parallel_for(0, rows, 16, [&](int64_t r0, int64_t r1) {
         const float* xs = xp + r0 * K;
         void* ys = qp + r0 * row_bytes;
         switch (f.fmt) {
@@ -183,7 +186,7 @@ at::Tensor gemm_cpu(const at::Tensor& A, const at::Tensor& W, c10::string_view k
     GemmProblem p{A.data_ptr(), W.data_ptr(), C.data_ptr<float>(), (int)N, (int)M, (int)K};
     // Split the output features across threads; each chunk is a whole number of 8 columns.
     const int64_t grain = std::max<int64_t>(8, (M / (8 * at::get_num_threads())) / 8 * 8);
-    at::parallel_for(0, M, grain, [&](int64_t m0, int64_t m1) { k->fn(p, (int)m0, (int)m1); });
+    qg_parallel_for(0, M, grain, [&](int64_t m0, int64_t m1) { k->fn(p, (int)m0, (int)m1); });
     return C;
 }
 
@@ -309,6 +312,20 @@ std::vector<std::string> kernel_names() {
     return names;
 }
 
+// How CPU kernels are split over threads (parallel.h): the mode, and how many threads ran the chunks
+// of [0, range) in steps of grain (tests/test_threads.py: torch.set_num_threads is honoured).
+std::string parallel_mode() { return qg_parallel_mode(); }
+int64_t parallel_threads_used(int64_t range, int64_t grain) {
+    std::mutex mu;
+    std::vector<std::thread::id> ids;
+    qg_parallel_for(0, range, grain, [&](int64_t, int64_t) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (std::find(ids.begin(), ids.end(), std::this_thread::get_id()) == ids.end())
+            ids.push_back(std::this_thread::get_id());
+    });
+    return (int64_t)ids.size();
+}
+
 }  // namespace
 
 TORCH_LIBRARY(quantgemm, m) {
@@ -318,6 +335,8 @@ TORCH_LIBRARY(quantgemm, m) {
     m.def("kernel_names() -> str[]", &kernel_names);
     m.def("sum_x_kernel_names() -> str[]", &sum_x_kernel_names);
     m.def("format_table() -> str[]", &format_table);
+    m.def("parallel_mode() -> str", &parallel_mode);
+    m.def("parallel_threads_used(int range, int grain) -> int", &parallel_threads_used);
 }
 
 TORCH_LIBRARY_IMPL(quantgemm, CPU, m) {

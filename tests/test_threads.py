@@ -1,0 +1,114 @@
+"""CPU threads and CPU builds.
+
+* The CPU kernels run on torch's intra-op threads (csrc/parallel.h): torch.set_num_threads decides
+  how many, and the result is the same bits for any number of threads.
+* ``QUANTGEMM_CPU_ARCH=x86-64-v3`` builds the AVX2-only variant on an AVX-512 machine, and
+  ``QUANTGEMM_OPENMP=0`` the std::thread fallback that a compiler without OpenMP (Apple clang) gets:
+  one extra build, in its own cache, whose SIMD kernels pass the same checks against the reference
+  and hold no AVX-512 instruction.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import quantgemm_kernels as qk
+from quantgemm_kernels import _build
+from quantgemm_kernels.api import pick_kernel
+from quantgemm_kernels.testing import shape_for
+
+ROOT = Path(__file__).resolve().parent.parent
+CPU_KERNELS = [k.name for k in qk.KERNELS.values() if k.device == "cpu"]
+#: the fastest CPU kernel of each chapter-4 weight format (what api.pick_kernel takes on the CPU)
+FASTEST = [pick_kernel("cpu", f, 1).name for f in ("q4_0", "q8_0", "q4_1")]
+
+
+@pytest.fixture
+def threads():
+    saved = torch.get_num_threads()
+    yield torch.set_num_threads
+    torch.set_num_threads(saved)
+
+
+def _ops():
+    _build.load_extension()
+    return torch.ops.quantgemm
+
+
+def test_set_num_threads_decides_the_threads(threads):
+    ops = _ops()
+    torch_openmp = "OpenMP" in torch.__config__.parallel_info().split("ATen parallel backend:")[-1].split("\n")[0]
+    if torch_openmp:
+        openmp_build = "-fopenmp" in _build.build_config(False)["cflags"]
+        assert ops.parallel_mode() == ("openmp" if openmp_build else "std::thread")
+    for t in (1, 2, 3):
+        threads(t)
+        assert ops.parallel_threads_used(4096, 256) == t  # as many threads as torch is told
+        assert ops.parallel_threads_used(100, 256) == 1  # one chunk: no more threads than chunks
+
+
+@pytest.mark.parametrize("kernel", CPU_KERNELS)
+def test_same_bits_for_any_thread_count(kernel, threads):
+    M, N, K = shape_for(kernel, 203, 5, 320)  # 203 columns: uneven chunks for 2 and 3 threads
+    k = qk.KERNELS[kernel]
+    A = torch.randn(N, K, generator=torch.Generator().manual_seed(0))
+    W = torch.randn(M, K, generator=torch.Generator().manual_seed(1))
+    Wk = W if k.wfmt == "f32" else qk.quantize(W, k.wfmt)
+    results = []
+    for t in (1, 2, 3):
+        threads(t)
+        results.append(qk.gemm(A, Wk, kernel))
+    assert all(torch.equal(results[0], r) for r in results[1:])
+
+
+VARIANT_CHECK = textwrap.dedent("""
+    import subprocess, sys, torch
+    import quantgemm_kernels as qk
+    from quantgemm_kernels import _build
+    from quantgemm_kernels.testing import check_on_shapes, check_on_distributions
+    info = _build.load_extension()
+    ops = torch.ops.quantgemm
+    assert "-march=x86-64-v3" in _build.build_config(False)["cflags"]
+    assert ops.parallel_mode() == "std::thread", ops.parallel_mode()
+    torch.set_num_threads(2)
+    assert ops.parallel_threads_used(4096, 256) == 2
+    for name in sys.argv[1:]:
+        check_on_shapes(name)
+        check_on_distributions(name)
+    asm = subprocess.run(["objdump", "-d", info["path"]], capture_output=True, text=True, check=True).stdout
+    assert "vpmaddubsw" in asm, "no AVX2 int8 dot product in the AVX2 build"
+    assert "vpdpbusd" not in asm and "zmm" not in asm, "AVX-512 code in the AVX2 build"
+    print("OK")
+""")
+
+
+@pytest.mark.skipif(
+    "avx2" not in Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else True,
+    reason="the AVX2 variant needs an x86 CPU with AVX2",
+)
+def test_avx2_build_without_openmp(tmp_path):
+    """The AVX2-only build (``QUANTGEMM_CPU_ARCH=x86-64-v3``) with the std::thread fallback
+    (``QUANTGEMM_OPENMP=0``), built into its own cache: its fastest Q4_0, Q8_0 and Q4_1 kernels against
+    the reference on the ragged shapes and every distribution, its objects free of AVX-512."""
+    env = dict(
+        os.environ,
+        QUANTGEMM_CACHE=str(tmp_path / "cache"),
+        QUANTGEMM_CPU_ARCH="x86-64-v3",
+        QUANTGEMM_OPENMP="0",
+        QUANTGEMM_NO_CUDA="1",
+        PYTHONPATH=str(ROOT),
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", VARIANT_CHECK, *FASTEST],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    assert r.returncode == 0 and r.stdout.strip().endswith("OK"), r.stderr[-4000:]
