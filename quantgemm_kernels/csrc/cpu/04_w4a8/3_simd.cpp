@@ -3,17 +3,21 @@
 // The blocked kernel's tile, with the integer dot product of a block written for the hardware:
 // the 32 quants of a block fill one 256-bit register, and one instruction multiplies 32 byte
 // pairs and adds them in groups of four into 8 int32 lanes, exactly what DP4A does for 4 pairs
-// on a GPU. Which instruction is chosen when this file compiles (the build uses -march=native):
+// on a GPU. Which instruction is chosen when this file compiles (the build uses -march=native,
+// -mcpu=native on ARM):
 //   AVX-512 VNNI / AVX-VNNI   vpdpbusd   u8 x s8 -> int32, one instruction
 //   AVX2                      vpmaddubsw (u8 x s8 -> pairs summed to int16) then vpmaddwd
 //                             with ones (int16 pairs summed to int32): two instructions
-//   anything else             a plain loop (the specification of the other two)
+//   ARM NEON + dot product    sdot (vdotq_s32) s8 x s8 -> int32, 16 pairs per instruction,
+//   (ARMv8.2 dotprod)         two for a block; plain ARMv8.0 NEON: smull + sadalp instead
+//   anything else             a plain loop (the specification of the others)
 // Both x86 instructions take one operand unsigned and one signed. Q4_0 nibbles are unsigned
 // 0..15 and Q8_1 quants are signed: they fit as stored, which is why the compensation
 // d_w * (d_a * sumi - 8 * s_a) suits SIMD; subtracting 8 first would make both operands signed.
 // W8A8 (cpu_q8_0_q8_1_simd, below) is the same template with WF = w_q8_0 (simd_w<w_q8_0>), and Q8_0
 // weights are signed: the kernel feeds the instructions |w| as the unsigned operand and a * sign(w)
-// as the signed one (vpsignb), which leaves every product unchanged.
+// as the signed one (vpsignb), which leaves every product unchanged. ARM's sdot takes two signed
+// operands: nibbles 0..15 are valid signed bytes and Q8_0 quants are signed, so neither needs a trick.
 //
 // Two more changes against the blocked kernel, both to keep work out of the block loop:
 //  * The 8 int32 lanes are not added up per block. They are converted to float, scaled by
@@ -26,6 +30,9 @@
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define QG_X86_SIMD 1
 #include <immintrin.h>
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+#define QG_NEON_SIMD 1
+#include <arm_neon.h>
 #else
 #include <math.h>
 #endif
@@ -88,6 +95,57 @@ struct simd_w<w_q8_0> {
     // w * a = |w| * (a * sign(w)): the unsigned operand is |w|, the sign moves to a.
     static inline ivec dot(qvec w, qvec a) { return dot_u8s8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w)); }
     // [end excerpt: dot_u8s8]
+};
+
+#elif QG_NEON_SIMD
+typedef int8x16x2_t qvec;  // the 32 quants of one block, two 128-bit registers
+typedef int32x4_t ivec;    // 4 int32 partial sums of one block's dot product
+typedef float32x4_t fvec;  // 4 float partial sums of one output
+
+// 32 s8 x s8 products, summed in fours into 4 int32 lanes.
+// [excerpt: dot_neon]
+inline ivec dot_s8s8(qvec x, qvec y) {
+#if defined(__ARM_FEATURE_DOTPROD)
+    const int32x4_t lo = vdotq_s32(vdupq_n_s32(0), x.val[0], y.val[0]);  // sdot: 16 pairs
+    return vdotq_s32(lo, x.val[1], y.val[1]);
+#else
+    // ARMv8.0: widening multiplies to int16 (|q| <= 127 * 127 fits), then pairwise adds to int32
+    int32x4_t s = vpaddlq_s16(vmull_s8(vget_low_s8(x.val[0]), vget_low_s8(y.val[0])));
+    s = vpadalq_s16(s, vmull_s8(vget_high_s8(x.val[0]), vget_high_s8(y.val[0])));
+    s = vpadalq_s16(s, vmull_s8(vget_low_s8(x.val[1]), vget_low_s8(y.val[1])));
+    return vpadalq_s16(s, vmull_s8(vget_high_s8(x.val[1]), vget_high_s8(y.val[1])));
+#endif
+}
+
+inline qvec load_q8_1(const block_q8_1& a) { return {{vld1q_s8(a.qs), vld1q_s8(a.qs + 16)}}; }
+inline float scale_f32(fp16_bits h) {
+    __fp16 f;  // ARM's half-precision type: the conversion is one instruction (fcvt)
+    memcpy(&f, &h, sizeof f);
+    return (float)f;
+}
+inline fvec fzero() { return vdupq_n_f32(0.0f); }
+inline void accumulate(fvec& acc, ivec sumi, float scale) { acc = vfmaq_n_f32(acc, vcvtq_f32_s32(sumi), scale); }
+inline float hsum(fvec v) { return vaddvq_f32(v); }
+
+template <class WF>
+struct simd_w;
+template <>
+struct simd_w<w_q4_0> {
+    // 16 bytes -> low nibbles (elements 0..15) and high nibbles (16..31), as bytes 0..15
+    template <class B>
+    static inline qvec load(const B& b) {
+        const uint8x16_t x = vld1q_u8(b.qs);
+        return {{vreinterpretq_s8_u8(vandq_u8(x, vdupq_n_u8(0x0F))), vreinterpretq_s8_u8(vshrq_n_u8(x, 4))}};
+    }
+    static inline ivec dot(qvec w, qvec a) { return dot_s8s8(w, a); }  // 0..15 are signed bytes too
+};
+template <>
+struct simd_w<w_q4_1> : simd_w<w_q4_0> {};
+template <>
+struct simd_w<w_q8_0> {
+    static inline qvec load(const block_q8_0& b) { return {{vld1q_s8(b.qs), vld1q_s8(b.qs + 16)}}; }
+    static inline ivec dot(qvec w, qvec a) { return dot_s8s8(w, a); }  // signed x signed: no sign trick
+    // [end excerpt: dot_neon]
 };
 
 #else  // portable: one int per block, what the instructions above compute
