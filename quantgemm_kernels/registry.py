@@ -232,6 +232,15 @@ _CUDA = [
         file="03_w4a16/2_tiled.cu",
     ),
     Kernel(
+        "cuda_q4_0_f32_decode",
+        "cuda",
+        "q4_0",
+        "f32",
+        3,
+        "decode GEMV: 8 lanes per block (float4 activations), 16 steps of weights in flight, warp-shuffle sum",
+        file="03_w4a16/3_decode.cu",
+    ),
+    Kernel(
         "cuda_q4_0_q8_1_naive",
         "cuda",
         "q4_0",
