@@ -516,6 +516,11 @@ def _compile(src: Path, lib_name: str, build_dir: Path, flags: dict, cuda: bool)
             is_python_module=False,
             verbose=False,
         )
+    except OSError:
+        # Built, but load() could not also open it in this process (torch.ops.load_library): a CUDA
+        # runtime library that only the runner's library path finds. The runner opens it, not we.
+        if not (build_dir / f"{lib_name}.so").exists():
+            raise
     except Exception as e:  # torch raises RuntimeError("Error building extension ...: <compiler output>")
         print(" failed", file=sys.stderr, flush=True)
         raise ExerciseCompileError(_readable_compiler_output(str(e), build_dir)) from None
@@ -591,6 +596,20 @@ def _gemm_cases(ex: KernelExercise, shapes=None):
     return cases
 
 
+def _library_path() -> str:
+    """LD_LIBRARY_PATH for the runner: torch's libraries and the CUDA runtime the build linked
+    (``$CUDA_HOME/lib64``), which a process that has not imported torch may not find otherwise."""
+    import torch
+    from torch.utils import cpp_extension as ce
+
+    dirs = [str(Path(torch.__file__).parent / "lib")]
+    if ce.CUDA_HOME:
+        dirs += [os.path.join(ce.CUDA_HOME, d) for d in ("lib64", "lib")]
+    if os.environ.get("LD_LIBRARY_PATH"):
+        dirs.append(os.environ["LD_LIBRARY_PATH"])
+    return os.pathsep.join(d for d in dirs if d)
+
+
 def _run(so_path: Path, cases: list[tuple[list[np.ndarray], list[np.ndarray], list[int]]]):
     """Run the library on ``cases`` ((inputs, output templates, dims) each) in a process of its
     own. Returns ``(outputs per case, None)`` or ``(None, (case index or None, what, why))``."""
@@ -603,7 +622,7 @@ def _run(so_path: Path, cases: list[tuple[list[np.ndarray], list[np.ndarray], li
             arrays.update({f"c{k}_in{i}": a for i, a in enumerate(ins)})
             arrays.update({f"c{k}_out{i}": a for i, a in enumerate(outs)})
         np.savez(cases_path, **arrays)
-        env = {**os.environ, "PYTHONFAULTHANDLER": "0"}
+        env = {**os.environ, "PYTHONFAULTHANDLER": "0", "LD_LIBRARY_PATH": _library_path()}
         try:
             p = subprocess.run(
                 [sys.executable, str(runner), str(so_path), str(cases_path), str(out_path)],
