@@ -5,7 +5,8 @@
 
 Run it on the machine whose outputs the book should show (an NVIDIA GPU for the published book).
 It keeps only kernelspec/language metadata and the widget state (so the static book shows the
-widgets), makes traceback paths repository-relative, and fails if an output still holds a local
+widgets), puts the notebook's shell in shape (tools/sync_notebooks.py: cell tags, the set-up
+cell's bootstrap, no volatile cell metadata), makes traceback paths repository-relative, and fails if an output still holds a local
 path. Every notebook records the machine it ran on in its own setup cell.
 
 Figures: the kernel inherits this process's environment, and an MPLBACKEND set there (Agg on many
@@ -26,6 +27,9 @@ from nbclient import NotebookClient
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from quantgemm_kernels._nbcheck import cells_without_figures  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "tools"))
+import sync_notebooks  # noqa: E402
 
 # The kernel process inherits os.environ: whatever MPLBACKEND this shell has, figures go inline.
 INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
@@ -77,10 +81,13 @@ def run(path: Path, timeout: int, execute: bool = True) -> list[str]:
             text = json.dumps(out)
             for m in LOCAL.finditer(text):
                 problems.append(f"{path.name} cell {i}: local path {m.group(0)!r}")
-        # streams that cleaning emptied (they held only ggml's graph log) are dropped
-        cell["outputs"] = [o for o in cell.get("outputs", []) if o.get("output_type") != "stream" or o["text"]]
+        # streams that cleaning emptied (they held only ggml's graph log) are dropped (code cells
+        # only: a markdown cell has no outputs field, and nbformat rejects one)
+        if cell.cell_type == "code":
+            cell["outputs"] = [o for o in cell.outputs if o.get("output_type") != "stream" or o["text"]]
     for i in cells_without_figures(nb):
         problems.append(f"{path.name} cell {i}: draws a figure but its output holds no image")
+    sync_notebooks.sync(nb, path.stem)  # the shell: tags, set-up cell, no volatile metadata
     nbformat.write(nb, path)
     return problems
 
