@@ -502,7 +502,13 @@ def _compile(src: Path, lib_name: str, build_dir: Path, flags: dict, cuda: bool)
     saved_arch = os.environ.get("TORCH_CUDA_ARCH_LIST")
     if flags["arch_list"]:
         os.environ["TORCH_CUDA_ARCH_LIST"] = flags["arch_list"]
-    print("quantgemm_kernels: compiling your code ...", end="", file=sys.stderr, flush=True)
+
+    # A C++ exercise compiles in about a second, silently; nvcc takes longer, so a CUDA one says so.
+    def say(text, end=""):
+        if cuda:
+            print(text, end=end, file=sys.stderr, flush=True)
+
+    say("quantgemm_kernels: compiling your CUDA code ...")
     t0 = time.perf_counter()
     try:
         load(
@@ -522,14 +528,14 @@ def _compile(src: Path, lib_name: str, build_dir: Path, flags: dict, cuda: bool)
         if not (build_dir / f"{lib_name}.so").exists():
             raise
     except Exception as e:  # torch raises RuntimeError("Error building extension ...: <compiler output>")
-        print(" failed", file=sys.stderr, flush=True)
+        say(" failed", end="\n")
         raise ExerciseCompileError(_readable_compiler_output(str(e), build_dir)) from None
     finally:
         if saved_arch is None:
             os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
         else:
             os.environ["TORCH_CUDA_ARCH_LIST"] = saved_arch
-    print(f" done in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+    say(f" done in {time.perf_counter() - t0:.0f} s", end="\n")
 
 
 _NOISE = re.compile(r"^(\[\d+/\d+\]|FAILED:|ninja: |Error building extension|subprocess\.CalledProcessError)")
