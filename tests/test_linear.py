@@ -142,7 +142,9 @@ def test_the_gpu_choice_follows_the_measured_crossovers():
     128-row tiles for the SMs (M = 4096: 32 tiles on 132 SMs) and to N = 4 otherwise, then the
     split-K wgmma kernel; mma.sync on Ampere, DP4A before it; Q4_1 (no tensor-core kernel yet) keeps
     the decode kernel at every N. The thresholds come from the H100 record api.py cites."""
-    pick = qk.api.pick_cuda_kernel
+    from quantgemm_kernels import api
+
+    pick = api.pick_cuda_kernel
     h100 = ((9, 0), 132)
     assert pick("q4_0", 1, 4096, *h100).name == "cuda_q4_0_q8_1_decode"
     assert pick("q4_0", 8, 4096, *h100).name == "cuda_q4_0_q8_1_decode"
@@ -154,5 +156,22 @@ def test_the_gpu_choice_follows_the_measured_crossovers():
     assert pick("q4_0", 1, 4096, (7, 5), 40).name == "cuda_q4_0_q8_1_vec_dp4a"
     with pytest.raises(ValueError, match="no CUDA kernel for q4_1 weights on compute capability 7.5"):
         pick("q4_1", 1, 4096, (7, 5), 40)
-    table = qk.api.choice_table((9, 0), 132, ns=(1, 16))
+    table = api.choice_table((9, 0), 132, ns=(1, 16))
     assert "wgmma_splitk" in table and "decode" in table and "q4_1" in table
+
+
+def test_split_k_fills_the_sms_once():
+    """gemm.h's wgmma_splits (the split-K step's CTAs per tile), through its operator: as many as
+    give each of the 132 SMs one CTA, at most 8, each CTA keeping at least 4 K steps of 8 blocks."""
+    from quantgemm_kernels import api
+
+    splits = api._ops().wgmma_splits
+    assert splits(64, 4096, 14336, 132) == 4  # 32 tiles x 4 = 128 CTAs
+    assert splits(64, 4096, 4096, 132) == 4  # 16 K steps: 4 per split
+    assert splits(256, 4096, 14336, 132) == 2  # 64 tiles
+    assert splits(64, 14336, 4096, 132) == 1  # 112 tiles already
+    assert splits(1, 1024, 4096, 132) == 4  # 8 tiles could take 16, K has 16 steps
+    assert splits(1, 128, 14336, 132) == 8  # at most 8
+    assert splits(300, 300, 512, 132) == 1  # 2 K steps
+    with pytest.raises(RuntimeError, match="must be positive"):
+        splits(0, 4096, 4096, 132)

@@ -285,6 +285,13 @@ at::Tensor gemm_cuda(const at::Tensor& A, const at::Tensor& W, c10::string_view 
 }
 #endif
 
+// The split-K step's number of splits (gemm.h) for a shape on a GPU of `sms` SMs: chapter 6 prints
+// it for the shapes of a model, on any machine.
+int64_t wgmma_splits_op(int64_t N, int64_t M, int64_t K, int64_t sms) {
+    QG_CHECK(N > 0 && M > 0 && K > 0 && sms > 0, "wgmma_splits: N, M, K and sms must be positive");
+    return wgmma_splits(N, M, K, (int)sms);
+}
+
 // The formats table as "name:values per block:bytes per block", for the test that compares it with
 // formats.SPECS.
 std::vector<std::string> format_table() {
@@ -337,6 +344,7 @@ TORCH_LIBRARY(quantgemm, m) {
     m.def("format_table() -> str[]", &format_table);
     m.def("parallel_mode() -> str", &parallel_mode);
     m.def("parallel_threads_used(int range, int grain) -> int", &parallel_threads_used);
+    m.def("wgmma_splits(int N, int M, int K, int sms) -> int", &wgmma_splits_op);
 }
 
 TORCH_LIBRARY_IMPL(quantgemm, CPU, m) {
