@@ -18,6 +18,11 @@ caught, because the code runs in a process of its own (``_exercise_runner.py``);
 computes wrong numbers gets the shape it fails on, the first wrong output (index, expected, got),
 the NMSE against its threshold, and a hint where the mistake is a known one.
 
+A scaffold is a complete, tiny program around the one function the reader writes: the part
+between ``// [show]`` and ``// [/show]`` is what :func:`show` prints, and its entry point
+``extern "C" int qgex_run(in, out, dims, err, err_len)`` runs one test case (``in`` and ``out`` its
+arrays, ``dims`` its integer parameters; non-zero with a message in ``err`` on a CUDA error).
+
 How it is built: the body replaces the ``// @BODY@`` line of the scaffold, after a ``#line``
 directive that makes the compiler count its lines from 1; the result is compiled alone by
 ``torch.utils.cpp_extension.load`` with the core build's flags (``_build``), without torch
