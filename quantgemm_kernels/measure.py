@@ -51,7 +51,13 @@ N_SWEEP = (1, 2, 3, 4, 5, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 SHAPES = {"llama3-8b": [(4096, 14336), (4096, 4096), (14336, 4096)], "down": [(4096, 14336)], "small": [(512, 1024)]}
 #: our kernels timed by default: the chapter-6 kernels (the ladder's intermediate steps,
 #: decode_fused, mma_regstage and mma_packed, are in the older records)
-DEFAULT_KERNELS = ("cuda_{w}_q8_1_decode", "cuda_{w}_q8_1_mma", "cuda_{w}_q8_1_wgmma", "cuda_{w}_q8_1_wgmma_ws")
+DEFAULT_KERNELS = (
+    "cuda_{w}_q8_1_decode",
+    "cuda_{w}_q8_1_mma",
+    "cuda_{w}_q8_1_wgmma",
+    "cuda_{w}_q8_1_wgmma_ws",
+    "cuda_{w}_q8_1_wgmma_splitk",
+)
 DECODE_MAX_N = 64  #: the decode kernel's time grows with N (a pass per 8 tokens): not timed beyond
 COLD_FACTOR = 4.0  #: cold copies total at least this many times the L2
 
