@@ -18,7 +18,17 @@ import sys
 import numpy as np
 
 
+def _unbuffered_c_stdout() -> None:
+    """The reader's printf output reaches the caller even if the code then crashes or hangs."""
+    try:
+        libc = ctypes.CDLL(None)
+        libc.setvbuf(ctypes.c_void_p.in_dll(libc, "stdout"), None, 2, 0)  # 2: _IONBF (glibc)
+    except (AttributeError, OSError, ValueError):
+        pass  # not glibc: the output still arrives when the process ends normally
+
+
 def main(lib_path: str, cases_path: str, out_path: str) -> int:
+    _unbuffered_c_stdout()
     lib = ctypes.CDLL(lib_path)
     run = lib.qgex_run
     run.restype = ctypes.c_int

@@ -383,7 +383,10 @@ def show(name: str) -> None:
     where = "CUDA, for a GPU" if ex.device == "cuda" else "C++, for the CPU"
     print(f"Exercise {name} (chapter {ex.chapter}, {where}): {ex.title}.\n")
     print(shown.rstrip())
-    print(f'\nWrite the body as a string, body = r"""...""", then run exercises.check("{name}", body).')
+    print(
+        f'\nWrite the body as a string, body = r"""...""", then run exercises.check("{name}", body). '
+        "printf works (stdio.h is included): what your code prints is shown after the verdict."
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -558,6 +561,7 @@ def _readable_compiler_output(text: str, build_dir: Path) -> str:
             continue
         line = line.replace(body_file, "your code")
         line = line.replace(EXERCISES_DIR.as_posix() + "/", "scaffold ")
+        line = line.replace(CSRC.as_posix() + "/", "csrc/")
         line = line.replace(build_dir.as_posix() + "/", "scaffold ")
         out.append(line)
     mine = [ln for ln in out if ln.startswith("your code:")]
@@ -623,7 +627,8 @@ def _library_path() -> str:
 
 def _run(so_path: Path, cases: list[tuple[list[np.ndarray], list[np.ndarray], list[int]]]):
     """Run the library on ``cases`` ((inputs, output templates, dims) each) in a process of its
-    own. Returns ``(outputs per case, None)`` or ``(None, (case index or None, what, why))``."""
+    own. Returns ``(outputs per case, None, printed)`` or ``(None, (case index or None, what, why),
+    printed)``, ``printed`` being what the reader's code wrote to stdout (printf, for debugging)."""
     runner = Path(__file__).resolve().parent / "_exercise_runner.py"
     with tempfile.TemporaryDirectory(prefix="qgex-") as tmp:
         cases_path, out_path = Path(tmp) / "cases.npz", Path(tmp) / "out.npz"
@@ -649,12 +654,13 @@ def _run(so_path: Path, cases: list[tuple[list[np.ndarray], list[np.ndarray], li
                 re.M,
             )
             k = int(done[-1]) if done else None
-            return None, (k, f"did not finish within {RUN_TIMEOUT_S} s and was stopped", "an endless loop?")
+            out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+            return None, (k, f"did not finish within {RUN_TIMEOUT_S} s and was stopped", "an endless loop?"), out
         started = re.findall(r"^case (\d+)$", p.stderr, re.M)
         k = int(started[-1]) if started else None
         if p.returncode == 3:
             msg = re.search(r"^error in case \d+: (.*)$", p.stderr, re.M)
-            return None, (k, "reported an error", msg.group(1) if msg else p.stderr.strip()[-500:])
+            return None, (k, "reported an error", msg.group(1) if msg else p.stderr.strip()[-500:]), p.stdout
         if p.returncode != 0:
             if p.returncode < 0:
                 import signal
@@ -668,11 +674,21 @@ def _run(so_path: Path, cases: list[tuple[list[np.ndarray], list[np.ndarray], li
                     "SIGBUS": "a read or write outside the arrays?",
                     "SIGFPE": "an integer division by zero?",
                 }.get(sig, "")
-                return None, (k, f"crashed ({sig})", why)
-            return None, (k, f"failed (exit status {p.returncode})", p.stderr.strip()[-500:])
+                return None, (k, f"crashed ({sig})", why), p.stdout
+            return None, (k, f"failed (exit status {p.returncode})", p.stderr.strip()[-500:]), p.stdout
         data = np.load(out_path)
         outs = [[data[f"c{k}_out{i}"] for i in range(len(c[1]))] for k, c in enumerate(cases)]
-        return outs, None
+        return outs, None, p.stdout
+
+
+def _with_printed(v: Verdict, printed: str, limit: int = 30) -> Verdict:
+    """The verdict, followed by what the reader's code printed (its first ``limit`` lines)."""
+    if not printed.strip():
+        return v
+    lines = printed.rstrip("\n").splitlines()
+    more = f" (the first {limit} of {len(lines)} lines)" if len(lines) > limit else ""
+    shown = "\n".join("  | " + ln[:200] for ln in lines[:limit])
+    return Verdict(v.ok, f"{v.message}\nYour code printed{more}:\n{shown}")
 
 
 def _first_wrong(got: np.ndarray, want: np.ndarray):
@@ -931,24 +947,25 @@ def diagnose(name: str, body: str) -> Verdict:
     if ex.kind == "ring":
         cases = _ring_cases()
         runs = [([], [np.full((steps, 3), -1, np.int32)], [stages, steps]) for stages, steps in cases]
-        outs, err = _run(so, runs)
+        outs, err, printed = _run(so, runs)
         if err:
             k, what, why = err
             at = f" in the run with {cases[k][0]} stages" if k is not None else ""
-            return Verdict(False, f"Your code {what}{at}" + (f": {why}" if why else "."))
-        return _ring_verdict(outs)
+            return _with_printed(Verdict(False, f"Your code {what}{at}" + (f": {why}" if why else ".")), printed)
+        return _with_printed(_ring_verdict(outs), printed)
     cases = _gemm_cases(ex)
     runs = [(ins, [np.full((s[1], s[0]), np.nan, np.float32)], list(s)) for s, ins, _ in cases]
-    outs, err = _run(so, runs)
+    outs, err, printed = _run(so, runs)
     if err:
         k, what, why = err
         at = f" on M={cases[k][0][0]}, N={cases[k][0][1]}, K={cases[k][0][2]}" if k is not None else ""
-        return Verdict(
+        v = Verdict(
             False,
             f"Your code {what}{at}" + (f": {why}" if why else ".") + "\n  (It ran in a process of its own: "
             "this Python session is unharmed.)",
         )
-    return _gemm_verdict(ex, cases, outs)
+        return _with_printed(v, printed)
+    return _with_printed(_gemm_verdict(ex, cases, outs), printed)
 
 
 def check(name: str, body: str) -> bool:

@@ -161,6 +161,13 @@ def test_crash_is_reported_not_fatal():
     assert "crashed (SIGSEGV)" in v.message and "M=1, N=1, K=32" in v.message, v.message
 
 
+def test_what_the_body_prints_follows_the_verdict():
+    v = E.diagnose("ch3_nibbles", '    printf("block scale %g\\n", fp16_to_fp32(b->d));\n' + E.solution("ch3_nibbles"))
+    assert v.ok and "Your code printed (the first 30 of" in v.message and "  | block scale " in v.message, v.message
+    crash = E.diagnose("ch1_tile", '    printf("reached\\n");\n    *(volatile int*)nullptr = 1;\n')
+    assert "crashed" in crash.message and "  | reached" in crash.message, crash.message  # unbuffered
+
+
 def test_endless_loop_is_stopped(monkeypatch):
     monkeypatch.setattr(E, "RUN_TIMEOUT_S", 3)
     v = E.diagnose("ch1_tile", "    for (volatile int spin = 0; spin >= 0; spin = spin * 0) {}\n")

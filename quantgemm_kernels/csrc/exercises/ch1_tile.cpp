@@ -1,6 +1,7 @@
 // Chapter 1 exercise: the inner loop of a blocked GEMM on the CPU, C [N, M] = A [N, K] @ W [M, K]^T.
 // The driver below walks C in TN x TM tiles and K in slices of TK; the reader writes tile_update.
 #include <stdint.h>
+#include <stdio.h>  // printf, for debugging: what the code prints comes after the verdict
 
 #define TN 4   // rows of A (tokens) per tile
 #define TM 8   // rows of W (outputs) per tile

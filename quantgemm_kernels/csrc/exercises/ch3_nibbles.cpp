@@ -1,5 +1,7 @@
 // Chapter 3 exercise: W4A16 on the CPU. The dot product of one Q4_0 block with 32 float
 // activations, decoding the nibble pairs on the way; the driver sums it over the blocks of a row.
+#include <stdio.h>  // printf, for debugging: what the code prints comes after the verdict
+
 #include "formats.h"
 
 // [show]

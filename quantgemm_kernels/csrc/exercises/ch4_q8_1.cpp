@@ -1,5 +1,7 @@
 // Chapter 4 exercise: W4A8 on the CPU. One Q4_0 weight block times one Q8_1 activation block in
 // integers, with the -8 of every nibble paid once per block through the activations' s.
+#include <stdio.h>  // printf, for debugging: what the code prints comes after the verdict
+
 #include "formats.h"
 
 // [show]

@@ -1,6 +1,7 @@
 // Chapter 6 exercise: the ring of stages of a warp-specialized kernel, as index arithmetic. The
 // checker feeds the answers to a model of a producer, a consumer and their mbarriers.
 #include <stdint.h>
+#include <stdio.h>  // printf, for debugging: what the code prints comes after the verdict
 
 // [show]
 // A ring of `stages` shared-memory stages carries K steps t = 0, 1, 2, ... from a producer to the
