@@ -319,14 +319,14 @@ class QTensor:
 #:     kernel's hardly does until its tiles fill the GPU.
 #:   * 8.x: the same with the mma.sync kernel; older GPUs: chapter 4's vectorised DP4A kernel.
 #: On the CPU: chapter 4's SIMD kernel (f32 weights: chapter 1's blocked kernel; K-quants: chapter 8's).
-#: The thresholds below are read off the H100 record
-#: bench_results/nvidia-h100-80gb-hbm3/2026-11-24/splitk-142530.json (cold): with 32 row tiles
-#: (M = 4096) the decode kernel is ahead of the split-K kernel to N = 8 (Q4_0 36.9 against 52.0 us
-#: at K = 14336, 19.8 against 31.4 at K = 4096) and behind from N = 16; with 112 (M = 14336,
-#: K = 4096) to N = 4 (35.3 against 53.5), even at N = 8 (55.7 against 53.4). Q8_0 likewise.
+#: The thresholds below are read off the H100 sweep
+#: bench_results/nvidia-h100-80gb-hbm3/2026-11-24/sweep-143850.json (cold): with 32 row tiles
+#: (M = 4096) the decode kernel is ahead of the split-K kernel to N = 8 (Q4_0 33.8 against 52.1 us at
+#: K = 14336, 19.7 against 20.3 at K = 4096) and behind from N = 16; with 112 (M = 14336, K = 4096)
+#: to N = 5 (36.8 against 53.5), and level at N = 8 (54.4 against 53.5). Q8_0 likewise.
 #: Between the measured N they are a choice, not a measurement.
 DECODE_MAX_N_FEW_TILES = 8  # N up to which the decode kernel runs when M/128 < SMs/2
-DECODE_MAX_N = 4  # otherwise
+DECODE_MAX_N = 5  # otherwise
 
 
 def pick_kernel(device, wfmt: str, N: int, M: int | None = None) -> Kernel:
