@@ -350,7 +350,11 @@ def test_chapter4_checkers():
 
 
 def test_chapter5_checkers():
-    pytest.importorskip("ggml", reason="chapter 5's checkers run llama.cpp's code through ggml-python")
+    from quantgemm_kernels import llamacpp
+
+    info = llamacpp.available()
+    if not (info["importable"] and info["type_traits"]):
+        pytest.skip(f"chapter 5's checkers run ggml's vec_dot and quantizers: {info['error'] or 'not reachable'}")
 
     def dot(w_raw, a_raw, offset=8):
         d_w = float(np.frombuffer(w_raw[:2], "<f2")[0])
