@@ -1,6 +1,7 @@
-// Chapter 6 exercise, CUDA: a decode GEMV with one warp per output, the shape of the chapter's
-// decode kernels without their shared-memory staging: lanes split the row's blocks, a warp
-// reduction adds the lanes' sums.
+// Chapter 6 exercise, CUDA: a decode GEMV with one warp per output row, as the chapter's decode
+// kernel (decode.cuh) works through a row, without its shared-memory staging and with float
+// activations instead of Q8_1: lanes split the row's blocks, a butterfly reduction adds the lanes'
+// sums and lane 0 writes the output (decode.cuh's finish_row).
 #include "cuda_run.cuh"
 #include "formats.h"
 
