@@ -19,12 +19,19 @@
 //        returns through the activations' sums, 32 * sum_t sc_t * bsums[t] (Q8_K's bsums serve
 //        both formats), the compensation of chapter 4 with Q8_K's sums in place of Q8_1's s.
 // int16 cannot overflow: a pair sum is at most 2 * 63 * 127 = 16002 (Q6_K), 2 * 15 * 127 (Q4_K).
-// Without AVX2 the same loops run on plain integers (the specification of the instructions).
+// On ARM (AArch64 NEON) a 256-bit vector is two 128-bit registers; the quants, 0..15 and 0..63,
+// are below 128, so both operands can be read as signed bytes: sdot (vdotq_s32, with the dot
+// product extension) sums 4 byte pairs into each int32 lane, and without it smull/smlal2 sum
+// pairs to int16 and saddlp widens them; the sub-block's scale then multiplies 4 int32 lanes (mla).
+// Without AVX2 or NEON the same loops run on plain integers (the specification of the instructions).
 #include "k_quants.h"
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define QG_X86_SIMD 1
 #include <immintrin.h>
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+#define QG_ARM_NEON 1
+#include <arm_neon.h>
 #else
 #include <math.h>
 #endif
@@ -77,6 +84,66 @@ inline void unpack_q6_k(const block_q6_k& b, qvec* q) {
         q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), lo4), _mm256_and_si256(qh, hi2));
         q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), lo4),
                                        _mm256_and_si256(_mm256_srli_epi16(qh, 2), hi2));
+    }
+}
+
+#elif QG_ARM_NEON
+struct qvec {
+    int8x16_t lo, hi;  // 32 quants in two registers
+};
+typedef int32x4_t ivec;
+typedef float32x4_t fvec;
+
+inline qvec load32(const void* p) {
+    const int8_t* q = (const int8_t*)p;
+    return {vld1q_s8(q), vld1q_s8(q + 16)};
+}
+inline ivec izero() { return vdupq_n_s32(0); }
+inline fvec fzero() { return vdupq_n_f32(0.0f); }
+struct scale_pair {
+    int lo, hi;  // the scale of values 0-15 and of values 16-31
+};
+inline scale_pair scales16(int lo, int hi) { return {lo, hi}; }
+// 16 byte products summed into 4 int32 lanes
+inline int32x4_t dot16(int8x16_t u, int8x16_t s) {
+#if defined(__ARM_FEATURE_DOTPROD)
+    return vdotq_s32(vdupq_n_s32(0), u, s);
+#else
+    int16x8_t pairs = vmull_s8(vget_low_s8(u), vget_low_s8(s));  // products of bytes 0-7
+    pairs = vmlal_high_s8(pairs, u, s);  // + those of bytes 8-15: |sum| <= 2 * 63 * 128, an int16
+    return vpaddlq_s16(pairs);
+#endif
+}
+inline void dot_scaled(ivec& sum, const qvec& u, const qvec& s, scale_pair sc) {
+    sum = vmlaq_n_s32(sum, dot16(u.lo, s.lo), sc.lo);
+    sum = vmlaq_n_s32(sum, dot16(u.hi, s.hi), sc.hi);
+}
+inline void accumulate(fvec& acc, ivec sumi, float scale) { acc = vfmaq_n_f32(acc, vcvtq_f32_s32(sumi), scale); }
+inline float hsum(fvec v) { return vaddvq_f32(v); }
+inline float scale_f32(fp16_bits h) { return fp16_to_fp32(h); }
+
+inline qvec as_qvec(uint8x16_t lo, uint8x16_t hi) { return {vreinterpretq_s8_u8(lo), vreinterpretq_s8_u8(hi)}; }
+inline void unpack_q4_k(const block_q4_k& b, qvec* q) {
+    const uint8x16_t lo4 = vdupq_n_u8(0x0F);
+    for (int c = 0; c < 4; c++) {
+        const uint8x16_t x0 = vld1q_u8(b.qs + 32 * c), x1 = vld1q_u8(b.qs + 32 * c + 16);
+        q[2 * c] = as_qvec(vandq_u8(x0, lo4), vandq_u8(x1, lo4));
+        q[2 * c + 1] = as_qvec(vshrq_n_u8(x0, 4), vshrq_n_u8(x1, 4));
+    }
+}
+inline void unpack_q6_k(const block_q6_k& b, qvec* q) {
+    const uint8x16_t lo4 = vdupq_n_u8(0x0F), hi2 = vdupq_n_u8(0x30);
+    for (int h = 0; h < 2; h++) {
+        uint8x16_t v[4][2];
+        for (int p = 0; p < 2; p++) {  // the two 16-byte halves of each vector
+            const uint8x16_t l0 = vld1q_u8(b.ql + 64 * h + 16 * p), l1 = vld1q_u8(b.ql + 64 * h + 32 + 16 * p);
+            const uint8x16_t qh = vld1q_u8(b.qh + 32 * h + 16 * p);
+            v[0][p] = vorrq_u8(vandq_u8(l0, lo4), vandq_u8(vshlq_n_u8(qh, 4), hi2));
+            v[1][p] = vorrq_u8(vandq_u8(l1, lo4), vandq_u8(vshlq_n_u8(qh, 2), hi2));
+            v[2][p] = vorrq_u8(vshrq_n_u8(l0, 4), vandq_u8(qh, hi2));
+            v[3][p] = vorrq_u8(vshrq_n_u8(l1, 4), vandq_u8(vshrq_n_u8(qh, 2), hi2));
+        }
+        for (int k = 0; k < 4; k++) q[4 * h + k] = as_qvec(v[k][0], v[k][1]);
     }
 }
 
