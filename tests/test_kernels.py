@@ -165,3 +165,21 @@ def test_q4_0_formulas_of_llama_cpp():
     assert not np.array_equal(comp, signed)  # the rounding of s_a is visible
     with pytest.raises(ValueError, match="q4_0_formula"):
         R.gemm_wq_aq8_1(Aq, Wq, "q4_0", q4_0_formula="mmq")
+
+
+@pytest.mark.parametrize("wfmt", ["q4_k", "q6_k"])
+def test_k_quant_reference_is_the_product_of_the_dequantized_operands(wfmt):
+    """reference.gemm_wk_aq8_k (integer sub-block dots, Q4_K's min through Q8_K's bsums) is the
+    product of the dequantized operands: they differ by the float32 rounding of the dequantized
+    values only (NMSE ~1e-14). And Q8_K's bsums are the sums of its 16-quant groups."""
+    from quantgemm_kernels.testing import make_values
+
+    A, W = make_values((5, 2048), "normal", seed=3), make_values((7, 2048), "normal", seed=4)
+    Aq, Wq = F.quantize(A, "q8_k"), F.quantize(W, wfmt)
+    blocks = F.as_blocks(Aq, "q8_k")
+    assert np.array_equal(blocks["bsums"], blocks["qs"].reshape(*blocks.shape, 16, 16).astype(np.int64).sum(axis=3))
+    ref = R.gemm_wk_aq8_k(Aq, Wq, wfmt)
+    exact = R.gemm_f32(F.dequantize(Aq, "q8_k"), F.dequantize(Wq, wfmt))
+    assert R.nmse(ref, exact) < 1e-12
+    with pytest.raises(ValueError, match="no W x Q8_K reference"):
+        R.gemm_wk_aq8_k(Aq, F.quantize(W, "q8_0"), "q8_0")
