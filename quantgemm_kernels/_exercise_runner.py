@@ -1,9 +1,10 @@
 """Run one compiled exercise on its test cases, in a process of its own.
 
-Started by :mod:`quantgemm_kernels.exercises` as ``python _exercise_runner.py LIB CASES OUT``: a
+Started by :mod:`quantgemm_kernels.exercises` as ``python _exercise_runner.py LIB CASES OUT [--torch]``: a
 reader's code that reads out of bounds, loops forever or corrupts a CUDA context takes this process
-down, not the notebook's. It imports numpy and ctypes only (no torch, no package import), so it
-starts in a fraction of a second.
+down, not the notebook's. It imports numpy and ctypes only (no package import), so it starts in a
+fraction of a second; with ``--torch`` (the CUDA exercises) it imports torch first, so that the
+library finds the CUDA runtime torch loads, as the package's own CUDA extension finds it.
 
 ``CASES`` is an ``.npz`` with ``cases`` (their number) and, for case k, ``c{k}_dims`` (int64),
 ``c{k}_in{i}`` and ``c{k}_out{i}`` (the outputs, pre-filled by the caller). Before each case the
@@ -27,8 +28,11 @@ def _unbuffered_c_stdout() -> None:
         pass  # not glibc: the output still arrives when the process ends normally
 
 
-def main(lib_path: str, cases_path: str, out_path: str) -> int:
+def main(lib_path: str, cases_path: str, out_path: str, with_torch: bool = False) -> int:
     _unbuffered_c_stdout()
+    if with_torch:
+        import torch  # noqa: F401  (loads the CUDA runtime and libraries the build linked against)
+
     lib = ctypes.CDLL(lib_path)
     run = lib.qgex_run
     run.restype = ctypes.c_int
@@ -61,4 +65,4 @@ def _count(data, prefix: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:4]))
+    sys.exit(main(*sys.argv[1:4], with_torch="--torch" in sys.argv[4:]))

@@ -618,6 +618,7 @@ def _library_path() -> str:
     from torch.utils import cpp_extension as ce
 
     dirs = [str(Path(torch.__file__).parent / "lib")]
+    dirs += sorted(str(d) for d in Path(torch.__file__).parent.parent.glob("nvidia/*/lib"))  # pip CUDA wheels
     if ce.CUDA_HOME:
         dirs += [os.path.join(ce.CUDA_HOME, d) for d in ("lib64", "lib")]
     if os.environ.get("LD_LIBRARY_PATH"):
@@ -625,7 +626,7 @@ def _library_path() -> str:
     return os.pathsep.join(d for d in dirs if d)
 
 
-def _run(so_path: Path, cases: list[tuple[list[np.ndarray], list[np.ndarray], list[int]]]):
+def _run(so_path: Path, cases: list[tuple[list[np.ndarray], list[np.ndarray], list[int]]], cuda: bool = False):
     """Run the library on ``cases`` ((inputs, output templates, dims) each) in a process of its
     own. Returns ``(outputs per case, None, printed)`` or ``(None, (case index or None, what, why),
     printed)``, ``printed`` being what the reader's code wrote to stdout (printf, for debugging)."""
@@ -641,7 +642,8 @@ def _run(so_path: Path, cases: list[tuple[list[np.ndarray], list[np.ndarray], li
         env = {**os.environ, "PYTHONFAULTHANDLER": "0", "LD_LIBRARY_PATH": _library_path()}
         try:
             p = subprocess.run(
-                [sys.executable, str(runner), str(so_path), str(cases_path), str(out_path)],
+                [sys.executable, str(runner), str(so_path), str(cases_path), str(out_path)]
+                + (["--torch"] if cuda else []),
                 capture_output=True,
                 text=True,
                 timeout=RUN_TIMEOUT_S,
@@ -955,7 +957,7 @@ def diagnose(name: str, body: str) -> Verdict:
         return _with_printed(_ring_verdict(outs), printed)
     cases = _gemm_cases(ex)
     runs = [(ins, [np.full((s[1], s[0]), np.nan, np.float32)], list(s)) for s, ins, _ in cases]
-    outs, err, printed = _run(so, runs)
+    outs, err, printed = _run(so, runs, cuda=ex.device == "cuda")
     if err:
         k, what, why = err
         at = f" on M={cases[k][0][0]}, N={cases[k][0][1]}, K={cases[k][0][2]}" if k is not None else ""
