@@ -398,6 +398,12 @@ class ExerciseCompileError(RuntimeError):
     """The reader's body did not compile; the message holds the compiler's errors, lines counted in the body."""
 
 
+class _CompilerFailed(Exception):
+    def __init__(self, output: str):
+        super().__init__("compiler failed")
+        self.output = output
+
+
 def _flags(cuda: bool) -> dict:
     from ._build import _cpu_arch_flags, _cuda_arch_list
 
@@ -477,12 +483,12 @@ def build(name: str, body: str) -> Path:
     build_dir.mkdir(parents=True, exist_ok=True)
     lib_name = "qgex_" + tag.replace("-", "_")
     so_path = build_dir / f"{lib_name}.so"
-    failed = build_dir / "compile_error.txt"
+    failed = build_dir / "compiler_output.txt"  # a body that did not compile: the compiler's raw output
     with open(root / f"{tag}.flock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released by the OS if this process dies
         try:
             if failed.exists():
-                raise ExerciseCompileError(failed.read_text())
+                raise ExerciseCompileError(_readable_compiler_output(failed.read_text(), build_dir))
             if (build_dir / "built.ok").exists() and so_path.exists():
                 return so_path
             _check_compiler(cuda)
@@ -495,9 +501,9 @@ def build(name: str, body: str) -> Path:
                 stale.unlink()
             try:
                 _compile(src, lib_name, build_dir, flags, cuda)
-            except ExerciseCompileError as e:
-                failed.write_text(str(e))
-                raise
+            except _CompilerFailed as e:
+                failed.write_text(e.output)
+                raise ExerciseCompileError(_readable_compiler_output(e.output, build_dir)) from None
             (build_dir / "built.ok").write_text(tag)
             return so_path
         finally:
@@ -537,7 +543,7 @@ def _compile(src: Path, lib_name: str, build_dir: Path, flags: dict, cuda: bool)
             raise
     except Exception as e:  # torch raises RuntimeError("Error building extension ...: <compiler output>")
         say(" failed", end="\n")
-        raise ExerciseCompileError(_readable_compiler_output(str(e), build_dir)) from None
+        raise _CompilerFailed(str(e)) from None
     finally:
         if saved_arch is None:
             os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
@@ -564,15 +570,18 @@ def _readable_compiler_output(text: str, build_dir: Path) -> str:
         line = line.replace(CSRC.as_posix() + "/", "csrc/")
         line = line.replace(build_dir.as_posix() + "/", "scaffold ")
         out.append(line)
-    mine = [ln for ln in out if ln.startswith("your code:")]
     errors = [ln for ln in out if re.search(r"\berror\b", ln)]
+    mine = any(re.match(r"your code[:(]", ln) for ln in errors)
+    in_scaffold = any(ln.startswith("scaffold ") for ln in errors)
     head = f"Your body does not compile: {len(errors) or 'the'} error{'s' if len(errors) != 1 else ''}"
-    if errors and not any(ln.startswith("your code:") and "error" in ln for ln in errors):
-        head += " (none reported on your lines: an unclosed brace, parenthesis or comment in your body?)"
-    if mine:
-        head += " (lines counted from the first line of your body)"
+    head += " (lines counted from the first line of your body)." if mine else "."
+    if in_scaffold:
+        head += (
+            "\nAn error the compiler places in the scaffold, after your code, usually means that your body is"
+            " unfinished: a missing ';', or an unclosed brace, parenthesis or comment."
+        )
     keep = out[:40] + ([f"... ({len(out) - 40} more lines)"] if len(out) > 40 else [])
-    return head + ".\n" + "\n".join(keep)
+    return head + "\n" + "\n".join(keep)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -148,6 +148,24 @@ def test_unclosed_brace_is_explained():
     assert not v.ok and "unclosed brace" in v.message, v.message
 
 
+def test_nvcc_messages_are_read_too(tmp_path):
+    """nvcc writes file(line): error; the body's file becomes "your code" there as well."""
+    body_file = (tmp_path / "your_code.txt").as_posix()
+    scaffold = (E.EXERCISES_DIR / "ch6_warp_dot_cuda.cu").as_posix()
+    raw = (
+        "Error building extension 'qgex_x': [1/2] /usr/local/cuda/bin/nvcc -DX -c x.cu -o x.cuda.o\n"
+        "FAILED: x.cuda.o\n/usr/local/cuda/bin/nvcc -DX -c x.cu -o x.cuda.o\n"
+        f'{body_file}(2): error: identifier "undefined_thing" is undefined\n      s += undefined_thing;\n'
+        f'           ^\n\n{scaffold}(22): error: expected a ";"\n  }}\n  ^\n\n'
+        "2 errors detected in the compilation.\nninja: build stopped: subcommand failed.\n"
+    )
+    msg = E._readable_compiler_output(raw, tmp_path)
+    assert msg.startswith("Your body does not compile: 2 errors (lines counted from the first line of your body).")
+    assert 'your code(2): error: identifier "undefined_thing"' in msg
+    assert "scaffold ch6_warp_dot_cuda.cu(22)" in msg and "missing ';'" in msg
+    assert "nvcc" not in msg and "ninja" not in msg and str(tmp_path) not in msg
+
+
 def test_check_prints_and_never_raises_for_the_readers_mistakes(capsys):
     assert E.check("ch3_nibbles", "    return nonsense;\n") is False
     assert "does not compile" in capsys.readouterr().out
