@@ -684,6 +684,8 @@ def _run(so_path: Path, cases: list[tuple[list[np.ndarray], list[np.ndarray], li
                     "SIGSEGV": "a read or write outside the arrays?",
                     "SIGBUS": "a read or write outside the arrays?",
                     "SIGFPE": "an integer division by zero?",
+                    "SIGILL": "a trap the compiler put where the code would do something undefined "
+                    "(a null pointer, a missing return)?",
                 }.get(sig, "")
                 return None, (k, f"crashed ({sig})", why), p.stdout
             return None, (k, f"failed (exit status {p.returncode})", p.stderr.strip()[-500:]), p.stdout

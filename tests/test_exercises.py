@@ -14,6 +14,7 @@ mistake (these checks sat in hidden notebook cells before the checkers moved int
 from __future__ import annotations
 
 import math
+import re
 import shutil
 import subprocess
 import time
@@ -176,7 +177,8 @@ def test_check_prints_and_never_raises_for_the_readers_mistakes(capsys):
 def test_crash_is_reported_not_fatal():
     v = E.diagnose("ch3_nibbles", "    *(volatile int*)nullptr = 1;\n    return 0.0f;\n")
     assert not v.ok
-    assert "crashed (SIGSEGV)" in v.message and "M=1, N=1, K=32" in v.message, v.message
+    # SIGSEGV, or SIGILL where the compiler turns the null store into a trap
+    assert re.search(r"crashed \(SIG(SEGV|ILL)\)", v.message) and "M=1, N=1, K=32" in v.message, v.message
 
 
 def test_what_the_body_prints_follows_the_verdict():
