@@ -600,14 +600,21 @@ class Verdict:
         return self.ok
 
 
-def _gemm_cases(ex: KernelExercise, shapes=None):
-    """(shape, inputs, reference) per shape of testing.SHAPES, as testing.check_kernel makes them."""
+#: Cases beyond testing.SHAPES (normal values): awkward values at check_on_distributions' shape, and
+#: a decode step at an LLM size (a Llama-3-8B attention projection).
+EXTRA_CASES = (((37, 5, 320), "outliers"), ((37, 5, 320), "tiny"), ((4096, 1, 4096), "normal"))
+_DIST_WORDS = {"outliers": "1% of the values 100x larger", "tiny": "values around 1e-6, scales near fp16's subnormals"}
+
+
+def _gemm_cases(ex: KernelExercise):
+    """(shape, inputs, reference, distribution) per case: testing.SHAPES with normal values, then
+    EXTRA_CASES, the inputs made as testing.check_kernel makes them."""
     from .testing import SHAPES, kernel_inputs
 
     wfmt, afmt = ex.formats
     cases = []
-    for M, N, K in shapes or SHAPES:
-        A, W = kernel_inputs(None, M, N, K, "normal", seed=M * 7 + N)
+    for (M, N, K), dist in [*((s, "normal") for s in SHAPES), *EXTRA_CASES]:
+        A, W = kernel_inputs(None, M, N, K, dist, seed=M * 7 + N)
         if wfmt == "f32":
             ins, ref = [A, W], R.gemm_f32(A, W)
         elif afmt == "f32":
@@ -616,7 +623,7 @@ def _gemm_cases(ex: KernelExercise, shapes=None):
         else:
             Wq, Aq = F.quantize(W, wfmt), F.quantize_q8_1(A)
             ins, ref = [Aq, Wq], R.gemm_wq_aq8_1(Aq, Wq, wfmt)
-        cases.append(((M, N, K), ins, ref))
+        cases.append(((M, N, K), ins, ref, dist))
     return cases
 
 
@@ -792,22 +799,22 @@ def _gemm_verdict(ex: KernelExercise, cases, outs) -> Verdict:
     from .testing import KERNEL_NMSE
 
     passed = []
-    for (shape, ins, ref), (got,) in zip(cases, outs):
+    for (shape, ins, ref, dist), (got,) in zip(cases, outs):
         M, N, K = shape
         err = R.nmse(got, ref)
         if err <= KERNEL_NMSE:
             passed.append(shape)
             continue
         at, nbad = _first_wrong(got, ref)
+        values = "" if dist == "normal" else f" with {dist} values ({_DIST_WORDS[dist]})"
+        if not passed:
+            before = f"the first of the {len(cases)} cases."
+        elif len(passed) <= 4:
+            before = f"after {', '.join(f'M={s[0]} N={s[1]} K={s[2]}' for s in passed)} passed."
+        else:
+            before = f"after {len(passed)} of the {len(cases)} cases passed."
         lines = [
-            f"Not yet: wrong on M={M}, N={N}, K={K} (C is [N, M] = [{N}, {M}]), "
-            + (
-                f"after {len(passed)} of the {len(cases)} shapes passed ("
-                + ", ".join(f"M={s[0]} N={s[1]} K={s[2]}" for s in passed)
-                + ")."
-                if passed
-                else f"the first of the {len(cases)} shapes."
-            ),
+            f"Not yet: wrong on M={M}, N={N}, K={K}{values} (C is [N, M] = [{N}, {M}]), {before}",
             f"  NMSE {err:.3g} > {KERNEL_NMSE:g} (testing.KERNEL_NMSE: float32 rounding of the same arithmetic "
             "stays far below it).",
         ]
@@ -827,8 +834,9 @@ def _gemm_verdict(ex: KernelExercise, cases, outs) -> Verdict:
         return Verdict(False, "\n".join(lines))
     return Verdict(
         True,
-        f"Correct: {ex.name} matches the reference on all {len(cases)} shapes "
-        f"(M = 1, N = 1 and K = 32 included), NMSE <= {max(R.nmse(o[0], c[2]) for c, o in zip(cases, outs)):.1e}.",
+        f"Correct: {ex.name} matches the reference on all {len(cases)} cases (the kernel tests' ragged shapes, "
+        "M = 1, N = 1 and K = 32 included; outliers and tiny values; a decode step at M = K = 4096), "
+        f"NMSE <= {max(R.nmse(o[0], c[2]) for c, o in zip(cases, outs)):.1e}.",
     )
 
 
@@ -967,7 +975,7 @@ def diagnose(name: str, body: str) -> Verdict:
             return _with_printed(Verdict(False, f"Your code {what}{at}" + (f": {why}" if why else ".")), printed)
         return _with_printed(_ring_verdict(outs), printed)
     cases = _gemm_cases(ex)
-    runs = [(ins, [np.full((s[1], s[0]), np.nan, np.float32)], list(s)) for s, ins, _ in cases]
+    runs = [(ins, [np.full((s[1], s[0]), np.nan, np.float32)], list(s)) for s, ins, _, _ in cases]
     outs, err, printed = _run(so, runs, cuda=ex.device == "cuda")
     if err:
         k, what, why = err
