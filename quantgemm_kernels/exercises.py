@@ -89,7 +89,7 @@ class KernelExercise:
     solution: str = field(repr=False)
     kind: str = "gemm"  #: "gemm" (C = A @ W^T of some formats) or "ring" (chapter 6's ring)
     formats: tuple[str, str] = ("f32", "f32")  #: (weights, activations) for kind "gemm"
-    hints: tuple = ()  #: (name of a wrong variant, hint) pairs, see _VARIANTS
+    hints: tuple = ()  #: (name of a known wrong variant, hint) pairs, in the order tried; see _variant
 
 
 _CH1_STARTER = """\
