@@ -28,6 +28,14 @@ CPU_KERNELS = [k.name for k in qk.KERNELS.values() if k.device == "cpu"]
 FASTEST = [pick_kernel("cpu", f, 1).name for f in ("q4_0", "q8_0", "q4_1")]
 
 
+def _cpu_flags() -> set:
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return set()
+    return next((set(x.split(":", 1)[1].split()) for x in lines if x.startswith(("flags", "Features"))), set())
+
+
 @pytest.fixture
 def threads():
     saved = torch.get_num_threads()
@@ -50,6 +58,25 @@ def test_set_num_threads_decides_the_threads(threads):
         threads(t)
         assert ops.parallel_threads_used(4096, 256) == t  # as many threads as torch is told
         assert ops.parallel_threads_used(100, 256) == 1  # one chunk: no more threads than chunks
+
+
+@pytest.mark.skipif(os.environ.get("QUANTGEMM_CPU_ARCH", "native") != "native", reason="QUANTGEMM_CPU_ARCH is set")
+def test_native_build_takes_the_best_simd_path():
+    """-march=native gives chapter 4's SIMD step the best instructions this CPU has."""
+    flags = _cpu_flags()
+    if {"avx512_vnni", "avx512vl"} <= flags:
+        want = "avx512-vnni"
+    elif "avx_vnni" in flags:
+        want = "avx-vnni"
+    elif {"avx2", "fma", "f16c"} <= flags:
+        want = "avx2"
+    elif "asimddp" in flags:
+        want = "neon-dotprod"
+    elif "asimd" in flags:
+        want = "neon"
+    else:
+        pytest.skip("no SIMD path for this CPU, or no /proc/cpuinfo to tell")
+    assert _ops().cpu_simd_path() == want
 
 
 @pytest.mark.parametrize("kernel", CPU_KERNELS)
@@ -75,6 +102,7 @@ VARIANT_CHECK = textwrap.dedent("""
     ops = torch.ops.quantgemm
     assert "-march=x86-64-v3" in _build.build_config(False)["cflags"]
     assert ops.parallel_mode() == "std::thread", ops.parallel_mode()
+    assert ops.cpu_simd_path() == "avx2", ops.cpu_simd_path()
     torch.set_num_threads(2)
     assert ops.parallel_threads_used(4096, 256) == 2
     for name in sys.argv[1:]:
@@ -87,10 +115,7 @@ VARIANT_CHECK = textwrap.dedent("""
 """)
 
 
-@pytest.mark.skipif(
-    "avx2" not in Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else True,
-    reason="the AVX2 variant needs an x86 CPU with AVX2",
-)
+@pytest.mark.skipif(not {"avx2", "fma", "f16c"} <= _cpu_flags(), reason="the AVX2 variant needs an x86 CPU with AVX2")
 def test_avx2_build_without_openmp(tmp_path):
     """The AVX2-only build (``QUANTGEMM_CPU_ARCH=x86-64-v3``) with the std::thread fallback
     (``QUANTGEMM_OPENMP=0``), built into its own cache: its fastest Q4_0, Q8_0 and Q4_1 kernels against

@@ -11,7 +11,13 @@
 # With "cuda": the CUDA backend for sm_90 (H100/H200), FlashAttention kernels off (we only need
 # mul_mat, and they are most of the compile time), no NCCL.
 # Env: GGML_SOURCE_DESC (default: the llama-cpp-python 0.3.36 sdist), GGML_COMMIT (default: the
-# llama.cpp commit the sdist's CHANGELOG.md names for its version, else "unknown"), CC/CXX as usual.
+# llama.cpp commit the sdist's CHANGELOG.md names for its version, else "unknown"), CC/CXX as usual,
+# GGML_CMAKE_FLAGS: more CMake flags, after the defaults (recorded with them). For the CPU:
+#   "-DGGML_LLAMAFILE=ON"  llama.cpp's own default (its CMakeLists turns it on, ggml's standalone
+#                          one off): mul_mat then runs llamafile's tinyBLAS for Q4_0 and Q8_0 weights
+#   "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
+#                          an AVX2-only build on an AVX-512 machine (to compare with
+#                          QUANTGEMM_CPU_ARCH=x86-64-v3)
 set -euo pipefail
 
 if [[ $# -lt 2 || $# -gt 3 || ( $# -eq 3 && "$3" != cuda ) ]]; then
@@ -59,6 +65,8 @@ FLAGS=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DGGML_BUILD_T
        -DGGML_BUILD_EXAMPLES=OFF -DGGML_NATIVE=ON "-DCMAKE_INSTALL_PREFIX=$PREFIX"
        -DCMAKE_INSTALL_LIBDIR=lib '-DCMAKE_INSTALL_RPATH=$ORIGIN' -DCMAKE_INSTALL_RPATH_USE_LINK_PATH=ON
        "-DGIT_EXE=$GIT_STUB")
+read -r -a EXTRA_FLAGS <<< "${GGML_CMAKE_FLAGS:-}"
+FLAGS+=(${EXTRA_FLAGS[@]+"${EXTRA_FLAGS[@]}"})
 if [[ "$CUDA" == cuda ]]; then
     FLAGS+=(-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_CUDA_GRAPHS=ON -DGGML_CUDA_FA=OFF
             -DGGML_CUDA_NCCL=OFF)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import os
 from pathlib import Path
 
 import torch
@@ -82,6 +83,21 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def cpu_build() -> dict:
+    """How the CPU kernels were compiled: the flags (the instruction set: ``-march=native`` or
+    ``QUANTGEMM_CPU_ARCH``'s), the SIMD path chapter 4's kernels took, and how their threads run."""
+    from .._build import build_config, load_extension
+
+    load_extension()
+    ops = torch.ops.quantgemm
+    return {
+        "cflags": build_config(False)["cflags"],
+        "cpu_arch": os.environ.get("QUANTGEMM_CPU_ARCH", "native"),
+        "simd": ops.cpu_simd_path(),
+        "parallel": ops.parallel_mode(),
+    }
+
+
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     if args.threads:
@@ -101,6 +117,8 @@ def main(argv=None) -> int:
         "shapes": [list(s) for s in shapes],
         "kernels": [k.name for k in kernels],
     }
+    if any(k.device == "cpu" and k.side == "ours" for k in kernels):
+        extra["cpu_build"] = cpu_build()
     if args.ggml:
         from .. import llamacpp
 

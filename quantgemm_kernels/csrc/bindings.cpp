@@ -25,6 +25,7 @@
 #define QG_CPU_KERNEL(name, wfmt, afmt) void name(const GemmProblem& p, int m_begin, int m_end);
 #include "cpu/kernels.def"
 #undef QG_CPU_KERNEL
+const char* simd_path_04_w4a8();
 
 #ifdef WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -322,6 +323,8 @@ std::vector<std::string> kernel_names() {
 // How CPU kernels are split over threads (parallel.h): the mode, and how many threads ran the chunks
 // of [0, range) in steps of grain (tests/test_threads.py: torch.set_num_threads is honoured).
 std::string parallel_mode() { return qg_parallel_mode(); }
+// The instruction set chapter 4's SIMD step compiled for (cpu/04_w4a8/3_simd.cpp).
+std::string cpu_simd_path() { return simd_path_04_w4a8(); }
 int64_t parallel_threads_used(int64_t range, int64_t grain) {
     std::mutex mu;
     std::vector<std::thread::id> ids;
@@ -343,6 +346,7 @@ TORCH_LIBRARY(quantgemm, m) {
     m.def("sum_x_kernel_names() -> str[]", &sum_x_kernel_names);
     m.def("format_table() -> str[]", &format_table);
     m.def("parallel_mode() -> str", &parallel_mode);
+    m.def("cpu_simd_path() -> str", &cpu_simd_path);
     m.def("parallel_threads_used(int range, int grain) -> int", &parallel_threads_used);
     m.def("wgmma_splits(int N, int M, int K, int sms) -> int", &wgmma_splits_op);
 }

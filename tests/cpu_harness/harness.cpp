@@ -15,13 +15,14 @@
 
 #include <vector>
 
-#include "gemm.h"
+#include "cpu/04_w4a8/w_q8_1.h"
 
 #define QG_HARNESS_KERNELS(X)                                                                                     \
     X(cpu_q4_0_q8_1_naive, block_q4_0)                                                                            \
-    X(cpu_q4_0_q8_1_blocked, block_q4_0) X(cpu_q4_0_q8_1_simd, block_q4_0) X(cpu_q8_0_q8_1_naive, block_q8_0)     \
-        X(cpu_q8_0_q8_1_blocked, block_q8_0) X(cpu_q8_0_q8_1_simd, block_q8_0) X(cpu_q4_1_q8_1_naive, block_q4_1) \
-            X(cpu_q4_1_q8_1_blocked, block_q4_1) X(cpu_q4_1_q8_1_simd, block_q4_1) QG_HARNESS_EXTRA(X)
+    X(cpu_q4_0_q8_1_blocked, block_q4_0)                                                                          \
+    X(cpu_q4_0_q8_1_simd, block_q4_0) X(cpu_q8_0_q8_1_naive, block_q8_0) X(cpu_q8_0_q8_1_blocked, block_q8_0)     \
+        X(cpu_q8_0_q8_1_simd, block_q8_0) X(cpu_q4_1_q8_1_naive, block_q4_1) X(cpu_q4_1_q8_1_blocked, block_q4_1) \
+            X(cpu_q4_1_q8_1_simd, block_q4_1) QG_HARNESS_EXTRA(X)
 #ifndef QG_HARNESS_EXTRA
 #define QG_HARNESS_EXTRA(X)
 #endif
@@ -37,25 +38,11 @@ struct Entry {
 #define ENTRY(name, block) {#name, name, sizeof(block)},
 static const Entry KERNELS[] = {QG_HARNESS_KERNELS(ENTRY)};
 
-static const char* simd_path() {
-#if defined(__aarch64__) && defined(__ARM_FEATURE_DOTPROD)
-    return "neon-dotprod";
-#elif defined(__aarch64__) && defined(__ARM_NEON)
-    return "neon";
-#elif defined(__AVX512VNNI__) && defined(__AVX512VL__)
-    return "avx512-vnni";
-#elif defined(__AVX2__)
-    return "avx2";
-#else
-    return "portable";
-#endif
-}
-
 static bool read_all(FILE* f, void* dst, size_t n) { return fread(dst, 1, n, f) == n; }
 
 int main(int argc, char** argv) {
     if (argc == 2 && !strcmp(argv[1], "--list")) {
-        printf("simd %s\n", simd_path());
+        printf("simd %s\n", simd_path_04_w4a8());
         for (const Entry& e : KERNELS) printf("%s\n", e.name);
         return 0;
     }

@@ -240,6 +240,23 @@ void gemm_q8_1_simd(const GemmProblem& p, int m_begin, int m_end) {
     }
 }
 
+// Which of the paths above this build compiled (the benchmark records it; the ARM test checks it).
+const char* simd_path_04_w4a8() {
+#if QG_X86_SIMD && defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return "avx512-vnni";
+#elif QG_X86_SIMD && defined(__AVXVNNI__)
+    return "avx-vnni";
+#elif QG_X86_SIMD
+    return "avx2";
+#elif QG_NEON_SIMD && defined(__ARM_FEATURE_DOTPROD)
+    return "neon-dotprod";
+#elif QG_NEON_SIMD
+    return "neon";
+#else
+    return "portable";
+#endif
+}
+
 template void gemm_q8_1_simd<w_q4_0>(const GemmProblem&, int, int);
 template void gemm_q8_1_simd<w_q8_0>(const GemmProblem&, int, int);
 template void gemm_q8_1_simd<w_q4_1>(const GemmProblem&, int, int);

@@ -85,3 +85,6 @@ template <class WF>
 void gemm_q8_1_blocked(const GemmProblem& p, int m_begin, int m_end);
 template <class WF>
 void gemm_q8_1_simd(const GemmProblem& p, int m_begin, int m_end);
+// The instruction set the SIMD step compiled for: "avx512-vnni", "avx-vnni", "avx2", "neon-dotprod",
+// "neon" or "portable" (3_simd.cpp).
+const char* simd_path_04_w4a8();
