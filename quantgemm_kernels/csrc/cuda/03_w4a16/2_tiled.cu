@@ -12,10 +12,13 @@
 //  * Decode (N = 1, one token) gets nothing from the tile: 31 of its 32 token rows are empty, so
 //    31/32 of the threads compute outputs that are never written, and each block walks K one
 //    32-value step at a time with two barriers per step, too few loads in flight to reach the
-//    memory bandwidth that decoding is bound by. The decode-friendly layout is different: one
-//    warp per output row, lanes reading consecutive blocks of that row (W read once, coalesced),
-//    then a warp-shuffle reduction; llama.cpp's mul_mat_vec kernels are built that way. We keep
-//    the tile here because it is the step from 01_fp32/2_tiled.cu that chapters 3 and 4 build on.
+//    memory bandwidth that decoding is bound by. Decode wants another layout, 03_w4a16/3_decode.cu:
+//    a warp on a row, several lanes per block (each its own 4-byte word of the quants, so that the
+//    lanes of a block also read neighbouring float4s of A), many loads in flight, then a
+//    warp-shuffle reduction; llama.cpp's mul_mat_vec kernels are built that way. One lane per
+//    block is not enough: each lane would read its block's 128 bytes of activations alone, 32
+//    lines per warp instruction. We keep the tile here because it is the step from
+//    01_fp32/2_tiled.cu that chapters 3 and 4 build on.
 //  * One output per thread: two shared-memory loads per multiply-add (register tiling, several
 //    outputs per thread, is the next classic step; chapter 4 goes to integer arithmetic instead).
 //
