@@ -237,7 +237,7 @@ _CUDA = [
         "q4_0",
         "f32",
         3,
-        "decode GEMV: 4 lanes per block, each a 4-byte quant word and two float4 of A; loads in flight; warp-shuffle sum",
+        "decode GEMV: 4 lanes per block, warp-shuffle sum",
         file="03_w4a16/3_decode.cu",
     ),
     Kernel(
