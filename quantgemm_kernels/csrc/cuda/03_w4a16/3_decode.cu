@@ -18,7 +18,7 @@
 //    TB/s, some 600 to 800 ns from load to data under load) needs about 2.3 MB in flight, 18 KB per
 //    SM (132 SMs); an H200 (4.8 TB/s) about 3.4 MB, 26 KB per SM. A warp issues the loads of U steps
 //    of its R rows before it uses any (part 1 of batch()): at N = 1, R = 2 rows and U = 4 steps,
-//    1152 bytes of W per warp (24 loads per lane, 6 of them per row and step); 48 registers per
+//    1152 bytes of W per warp (24 loads per lane, 3 per row and step); 48 registers per
 //    thread let 10 CTAs of 4 warps share an SM, 40 warps and 45 KB of weights per SM when all are
 //    waiting on loads. A CTA's four warps take interleaved steps of its R rows (warp w steps w,
 //    w + 4, ...) and add their sums in shared memory, in a fixed order.
@@ -39,6 +39,10 @@
 //    need the blocks realigned (chapter 6's decode kernel copies 8-block units, 144 B = 9 x 16 B,
 //    with cp.async), fewer activation bytes need them quantized (chapter 4: Q8_1, 36 B per block
 //    against float32's 128).
+//  * A grid cut to the GPU. At M = 4096 and N = 1 the 2048 CTAs are 1.55 waves of 10 CTAs per SM
+//    (132 SMs): for the last part of the run some SMs have nothing left to do. The launcher does not
+//    size the work to fill whole waves (with U = 1, 32 registers and 16 CTAs per SM, all 2048 fit
+//    at once: tools/ch3_decode's harness times both).
 //  * Tokens are a loop: N is cut into passes of T <= 8 tokens (the accumulators stay in registers).
 //    A weight nibble is unpacked once per pass and used T times, but the activation loads grow with
 //    T and every pass reads W again: past a few tokens, tiled kernels that reuse W from shared
