@@ -63,6 +63,9 @@ fi
 if [ -f .ggml/llama-cpp-python-0.3.36-cpu-libllama.tar.xz ] && [ -n "${QUANTGEMM_GGML_LIB:-}" ]; then
   tar xJf .ggml/llama-cpp-python-0.3.36-cpu-libllama.tar.xz -C /tmp/site
   cp -a "$QUANTGEMM_GGML_LIB"/libggml*.so* /tmp/site/llama_cpp/lib/
+  # libggml's own dependencies (libggml-cpu, libggml-cuda) are found by name on the library path:
+  # the build-tree libraries carry no $ORIGIN run path
+  export LD_LIBRARY_PATH=/tmp/site/llama_cpp/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   python3 -c "import llama_cpp; print('llama-cpp-python', llama_cpp.__version__, 'GPU offload:', llama_cpp.llama_supports_gpu_offload())"
 fi
 python3 -c "from quantgemm_kernels import llamacpp; print(llamacpp.info_line())"
