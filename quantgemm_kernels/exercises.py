@@ -39,7 +39,7 @@ and their mbarriers (:func:`simulate_ring`).
 
 :func:`solution` returns an exercise's reference body; the tests use it, the book does not show it.
 
-**Numpy exercises.** ``check_*`` functions (one per exercise of chapters 1 to 7) that the
+**Numpy exercises.** ``check_*`` functions (one per exercise of chapters 1 to 8) that the
 chapters call on the reader's numpy code or numbers. They print what differs and return a bool.
 """
 
@@ -1002,7 +1002,7 @@ def check(name: str, body: str) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
-# Numpy exercises: the checkers the chapters call (chapters 1 to 7, three each)
+# Numpy exercises: the checkers the chapters call (chapters 1 to 8)
 # ---------------------------------------------------------------------------------------------
 # Each prints what differs (with a hint for the usual mistakes) and returns a bool. The data they
 # use is made here with the recipes of the chapters' own cells (chapter 2's block x, chapter 5's
@@ -1743,4 +1743,98 @@ def check_tensor_types(my_tensor_types, reader):
         " Q4_1 in every layer:",
         sorted({n.split(".", 2)[2] for n in by["Q4_1"]}),
     )
+    return True
+
+
+# ---- chapter 8: K-quants --------------------------------------------------------------------
+
+
+def _ch8_q4_k_blocks() -> np.ndarray:
+    """Q4_K blocks [n] (structured) for chapter 8's checkers: normal rows, rows whose sub-blocks
+    have very different ranges (so that the 6-bit scales and mins use their top bits), and random
+    bytes (every bit pattern of the 12 scale bytes)."""
+    r = np.random.default_rng(8)
+    x = r.standard_normal((6, 512)).astype(np.float32)
+    x[3:] *= np.repeat(np.geomspace(0.05, 4.0, 16), 32)[None, :].astype(np.float32)  # ranges per sub-block
+    x[4:] += np.repeat(r.uniform(0.0, 3.0, 16), 32)[None, :].astype(np.float32)  # values off centre: mins
+    quantized = F.as_blocks(F.quantize(x, "q4_k"), "q4_k").reshape(-1)
+    rand = r.integers(0, 256, (8, F.BLOCK_BYTES["q4_k"]), dtype=np.uint8)
+    rand[:, :4] = F.quantize(np.ones((1, 256), np.float32), "q4_k")[0, :4]  # finite d and dmin
+    return np.concatenate([quantized, rand.view(F.BLOCK_DTYPES["q4_k"]).reshape(-1)])
+
+
+def check_q4_k_scale_min(my_scale_min):
+    """Chapter 8, exercise 1: my_scale_min(scales, j) = (sc, m), the 6-bit scale and min of sub-block
+    j (0..7) from the 12 ``scales`` bytes (uint8) of a Q4_K block, as ggml's get_scale_min_k4."""
+    blocks = _ch8_q4_k_blocks()
+    for n, blk in enumerate(blocks):
+        q = np.array(blk["scales"], np.uint8)
+        want_sc, want_m = F.q4_k_scale_min(q)
+        for j in range(8):
+            got = my_scale_min(q.copy(), j)
+            if got is None:
+                print("Not yet: the function returned None.")
+                return False
+            try:
+                sc, m = (int(v) for v in got)
+            except (TypeError, ValueError):
+                print(f"Return two integers (sc, m); got {got!r}.")
+                return False
+            if (sc, m) == (int(want_sc[j]), int(want_m[j])):
+                continue
+            hint = ""
+            if j >= 4 and (sc, m) == (q[j + 4] & 0xF, q[j + 4] >> 4):
+                hint = " For j >= 4 the nibbles of byte j + 4 are only the low 4 bits; the top 2 bits are bits 6-7 of bytes j - 4 (scale) and j (min)."
+            elif j >= 4 and (sc, m) == (q[j + 4] >> 4 | (q[j - 4] >> 6) << 4, q[j + 4] & 0xF | (q[j] >> 6) << 4):
+                hint = " The scale takes the low nibble of byte j + 4, the min its high nibble."
+            elif j >= 4 and (sc, m) == (q[j + 4] & 0xF | (q[j - 4] >> 6) << 4, q[j + 4] >> 4 | (q[j - 4] >> 6) << 4):
+                hint = " The min's top 2 bits are bits 6-7 of byte j (a min byte), not of byte j - 4."
+            elif j < 4 and (sc, m) == (int(q[j]), int(q[j + 4])):
+                hint = " Bytes 0-7 hold 6-bit fields in bits 0-5: mask with 63 (bits 6-7 belong to sub-block j + 4)."
+            what = f"block {n}" + (" (random bytes)" if n >= len(blocks) - 8 else "")
+            print(
+                f"Sub-block {j} of {what}, scales {q.tobytes().hex(' ')}: got (sc, m) = ({sc}, {m}), "
+                f"expected ({int(want_sc[j])}, {int(want_m[j])}).{hint}"
+            )
+            return False
+    print(f"Correct on all 8 sub-blocks of {len(blocks)} blocks (real super-blocks and random bytes).")
+    return True
+
+
+def check_q4_k_dot(my_q4_k_dot):
+    """Chapter 8, exercise 2: my_q4_k_dot(w, a) = the dot product of one Q4_K super-block ``w`` and
+    one Q8_K super-block ``a`` (structured numpy blocks, ``formats.as_blocks``), computed as the
+    kernel does: integer dots per sub-block times its 6-bit scale, and the min term from ``bsums``."""
+    r = np.random.default_rng(81)
+    W = _ch8_q4_k_blocks()
+    A = F.as_blocks(F.quantize(r.standard_normal((len(W), 256)).astype(np.float32) * 3, "q8_k"), "q8_k")[:, 0]
+    for n in range(len(W)):
+        w, a = W[n : n + 1].copy(), A[n : n + 1].copy()  # [1] arrays of one block each
+        want = float(R.gemm_wk_aq8_k(a.view(np.uint8)[None], w.view(np.uint8)[None], "q4_k")[0, 0])
+        w, a = w[0], a[0]
+        got = my_q4_k_dot(w.copy(), a.copy())
+        if got is None:
+            print("Not yet: the function returned None.")
+            return False
+        got = float(got)
+        if abs(got - want) <= 1e-5 * max(1.0, abs(want)):
+            continue
+        sc, m = (v.astype(np.float64) for v in F.q4_k_scale_min(w["scales"]))
+        q = F._q4_k_quants(w).astype(np.float64).reshape(8, 32)
+        qa = a["qs"].astype(np.float64).reshape(8, 32)
+        d, dmin, da = float(w["d"]), float(w["dmin"]), float(a["d"])
+        dots = (q * qa).sum(1)
+        bsum = a["bsums"].astype(np.float64).reshape(8, 2).sum(1)
+        first, summ = d * da * (sc * dots).sum(), (m * bsum).sum()
+        one_bsum = (m * a["bsums"].astype(np.float64)[:8]).sum()
+        suspects = {
+            "The min term is missing: subtract dmin * d_a * sum_s m_s * (bsums[2s] + bsums[2s+1]).": first,
+            "The min term is subtracted, not added: a value is d*sc*q - dmin*m.": first + dmin * da * summ,
+            "The min term needs d_a too: bsums are sums of activation quants, not of values.": first - dmin * summ,
+            "A sub-block of 32 has two bsums (16 quants each): bsums[2s] + bsums[2s+1].": first - dmin * da * one_bsum,
+        }
+        hint = next((h for h, v in suspects.items() if abs(got - v) <= 1e-5 * max(1.0, abs(v))), "")
+        print(f"Block pair {n}: got {got!r}, expected {want!r}. {hint}")
+        return False
+    print(f"Correct on {len(W)} block pairs (relative error < 1e-5 against reference.gemm_wk_aq8_k).")
     return True

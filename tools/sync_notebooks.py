@@ -45,6 +45,7 @@ EXTRAS = {
     "04_w4a8": "colab,llamacpp",
     "05_llamacpp": "colab,llamacpp",
     "07_real_model": "colab,llamacpp,model",
+    "08_k_quants": "colab,llamacpp,model",
 }
 
 SETUP_TAGS = ("hide-input", "nbval-ignore-output")

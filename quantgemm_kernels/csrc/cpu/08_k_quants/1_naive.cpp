@@ -19,6 +19,7 @@ void cpu_q4_k_q8_k_naive(const GemmProblem& p, int m_begin, int m_end) {
             const block_q8_k* a = A + (int64_t)n * nb;
             const block_q4_k* w = W + (int64_t)m * nb;
             float acc = 0.0f;
+            // [excerpt: q4_k_superblock]
             for (int b = 0; b < nb; b++) {
                 q4_k_unpack(w[b], q);
                 q4_k_scales(w[b], sc, mn);
@@ -32,6 +33,7 @@ void cpu_q4_k_q8_k_naive(const GemmProblem& p, int m_begin, int m_end) {
                 acc += fp16_to_fp32(w[b].d) * a[b].d * (float)sumi;
                 acc -= fp16_to_fp32(w[b].dmin) * a[b].d * (float)summ;
             }
+            // [end excerpt: q4_k_superblock]
             p.C[(int64_t)n * p.M + m] = acc;
         }
     }
@@ -47,6 +49,7 @@ void cpu_q6_k_q8_k_naive(const GemmProblem& p, int m_begin, int m_end) {
             const block_q8_k* a = A + (int64_t)n * nb;
             const block_q6_k* w = W + (int64_t)m * nb;
             float acc = 0.0f;
+            // [excerpt: q6_k_superblock]
             for (int b = 0; b < nb; b++) {
                 q6_k_unpack(w[b], q);
                 int sumi = 0;
@@ -57,6 +60,7 @@ void cpu_q6_k_q8_k_naive(const GemmProblem& p, int m_begin, int m_end) {
                 }
                 acc += fp16_to_fp32(w[b].d) * a[b].d * (float)sumi;
             }
+            // [end excerpt: q6_k_superblock]
             p.C[(int64_t)n * p.M + m] = acc;
         }
     }

@@ -46,6 +46,7 @@ typedef __m256 fvec;   // 8 float partial sums of one output
 inline qvec load32(const void* p) { return _mm256_loadu_si256((const __m256i*)p); }
 inline ivec izero() { return _mm256_setzero_si256(); }
 inline fvec fzero() { return _mm256_setzero_ps(); }
+// [excerpt: avx2_dot_scaled]
 // sum += the 32 products u * s, in pairs times the int16 scales (per int16 lane), to 8 int32 lanes
 inline void dot_scaled(ivec& sum, qvec u, qvec s, __m256i scale16) {
     sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), scale16));
@@ -53,6 +54,7 @@ inline void dot_scaled(ivec& sum, qvec u, qvec s, __m256i scale16) {
 inline __m256i scales16(int lo, int hi) {
     return _mm256_set_m128i(_mm_set1_epi16((short)hi), _mm_set1_epi16((short)lo));
 }
+// [end excerpt: avx2_dot_scaled]
 inline void accumulate(fvec& acc, ivec sumi, float scale) {
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(scale), acc);
 }
@@ -202,6 +204,7 @@ struct w_q4_k {
     }
     // sum_s sc_s * dot_s into 8 int32 lanes; `corr` gets what is subtracted after scaling by d_a:
     // dmin * sum_s m_s * (bsums[2s] + bsums[2s+1])
+    // [excerpt: w_q4_k_dot]
     ivec dot(const qvec* a, const int16_t* bsums, float& corr) const {
         ivec sum = izero();
         int summ = 0;
@@ -212,6 +215,7 @@ struct w_q4_k {
         corr = dmin * (float)summ;
         return sum;
     }
+    // [end excerpt: w_q4_k_dot]
 };
 
 struct w_q6_k {
@@ -226,6 +230,7 @@ struct w_q6_k {
     }
     // sum_t sc_t * dot(q, a) over the 16 sub-blocks of 16; `corr` = d * 32 * sum_t sc_t * bsums[t],
     // the -32 of every quant returned through the activation sums
+    // [excerpt: w_q6_k_dot]
     ivec dot(const qvec* a, const int16_t* bsums, float& corr) const {
         ivec sum = izero();
         int sumb = 0;
@@ -236,6 +241,7 @@ struct w_q6_k {
         corr = d * (float)(32 * sumb);
         return sum;
     }
+    // [end excerpt: w_q6_k_dot]
 };
 
 // A TN x TM tile of outputs: per super-block, TM weight blocks unpacked once, each of the TN
