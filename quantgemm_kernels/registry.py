@@ -117,6 +117,15 @@ _CPU = [
         file="04_w4a8/3_simd.cpp",
     ),
     Kernel(
+        "cpu_q4_0_q8_1_stationary",
+        "cpu",
+        "q4_0",
+        "q8_1",
+        4,
+        "weights stay in cache, tokens stream past (tinyBLAS's order)",
+        file="04_w4a8/4_stationary.cpp",
+    ),
+    Kernel(
         "cpu_q8_0_q8_1_naive",
         "cpu",
         "q8_0",
@@ -142,6 +151,15 @@ _CPU = [
         4,
         "int8 SIMD dot products with the sign trick",
         file="04_w4a8/3_simd.cpp",
+    ),
+    Kernel(
+        "cpu_q8_0_q8_1_stationary",
+        "cpu",
+        "q8_0",
+        "q8_1",
+        4,
+        "weights stay in cache; VNNI without the sign trick",
+        file="04_w4a8/4_stationary.cpp",
     ),
     # chapter 7: Q4_1 weights (a real model's format) through chapter 4's steps
     Kernel(

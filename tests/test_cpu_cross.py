@@ -87,10 +87,13 @@ CASES = [(M, N, K, "normal") for M, N, K in SHAPES] + [(19, 3, 14336, "normal")]
 CASES += [(37, 5, 320, d) for d in DISTRIBUTIONS]
 
 
-@pytest.fixture(scope="module", params=list(VARIANTS))
-def harness(request, tmp_path_factory):
-    """The harness built for one variant: (command prefix, variant name)."""
-    name = request.param
+_BUILT: dict = {}
+
+
+def _build(name: str, tmp_path_factory) -> list:
+    """The harness built for one variant (once per session): the command prefix that runs it."""
+    if name in _BUILT:
+        return _BUILT[name]
     cxx, flags, runner, path, missing = VARIANTS[name]
     if missing:
         pytest.skip(f"{name}: {missing}")
@@ -108,7 +111,14 @@ def harness(request, tmp_path_factory):
     lines = listed.stdout.split()
     assert lines[:2] == ["simd", path], f"{name}: the harness reports {lines[:2]}, expected the {path} path"
     assert sorted(lines[2:]) == sorted(KERNELS), "tests/cpu_harness/harness.cpp should list every 04_w4a8 kernel"
-    return prefix, name
+    _BUILT[name] = prefix
+    return prefix
+
+
+@pytest.fixture(scope="module", params=list(VARIANTS))
+def harness(request, tmp_path_factory):
+    """The harness built for one variant: (command prefix, variant name)."""
+    return _build(request.param, tmp_path_factory), request.param
 
 
 def _inputs(kernel: str):
@@ -124,10 +134,7 @@ def _inputs(kernel: str):
     return bytes(blob), refs
 
 
-@pytest.mark.parametrize("kernel", KERNELS)
-def test_kernel_on_each_instruction_set(harness, kernel, tmp_path):
-    prefix, variant = harness
-    blob, refs = _inputs(kernel)
+def _run(prefix, variant, kernel, blob, tmp_path) -> np.ndarray:
     (tmp_path / "in.bin").write_bytes(blob)
     r = subprocess.run(
         [*prefix, kernel, str(tmp_path / "in.bin"), str(tmp_path / "out.bin")],
@@ -136,7 +143,14 @@ def test_kernel_on_each_instruction_set(harness, kernel, tmp_path):
         timeout=600,
     )
     assert r.returncode == 0, f"{variant} {kernel}: harness failed: {r.stderr[-2000:]}"
-    out = np.fromfile(tmp_path / "out.bin", np.float32)
+    return np.fromfile(tmp_path / "out.bin", np.float32)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_kernel_on_each_instruction_set(harness, kernel, tmp_path):
+    prefix, variant = harness
+    blob, refs = _inputs(kernel)
+    out = _run(prefix, variant, kernel, blob, tmp_path)
     assert out.size == sum(M * N for M, N, _, _ in CASES), f"{variant} {kernel}: {out.size} outputs"
     at = 0
     for (M, N, K, dist), ref in zip(CASES, refs):
@@ -148,3 +162,18 @@ def test_kernel_on_each_instruction_set(harness, kernel, tmp_path):
         assert err <= KERNEL_NMSE, f"{where}: NMSE {err:.3g} > {KERNEL_NMSE}"
         if dist == "zeros":
             assert (C == 0).all(), where
+
+
+@pytest.mark.parametrize("kernel", [k for k in KERNELS if k.endswith("_stationary")])
+def test_stationary_step_gives_the_same_bits_on_every_instruction_set(harness, kernel, tmp_path, tmp_path_factory):
+    """4_stationary.cpp does the same float operations on every output whatever the instruction set
+    (integer dot products, then one FMA per block in block order): every build gives the bits of the
+    portable loop."""
+    prefix, variant = harness
+    portable = "aarch64-armv8.0" if ON_ARM else "x86-portable"
+    if variant == portable:
+        pytest.skip("the portable build is the one compared with")
+    blob, _ = _inputs(kernel)
+    ours = _run(prefix, variant, kernel, blob, tmp_path)
+    theirs = _run(_build(portable, tmp_path_factory), portable, kernel, blob, tmp_path)
+    assert ours.tobytes() == theirs.tobytes(), f"{variant} {kernel}: not the bits of the {portable} build"

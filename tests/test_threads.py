@@ -26,6 +26,8 @@ ROOT = Path(__file__).resolve().parent.parent
 CPU_KERNELS = [k.name for k in qk.KERNELS.values() if k.device == "cpu"]
 #: the fastest CPU kernel of each chapter-4 weight format (what api.pick_kernel takes on the CPU)
 FASTEST = [pick_kernel("cpu", f, 1).name for f in ("q4_0", "q8_0", "q4_1")]
+#: chapter 4's last step, with the weights kept in cache
+STATIONARY = [k.name for k in qk.KERNELS.values() if k.name.endswith("_q8_1_stationary")]
 
 
 def _cpu_flags() -> set:
@@ -105,9 +107,12 @@ VARIANT_CHECK = textwrap.dedent("""
     assert ops.cpu_simd_path() == "avx2", ops.cpu_simd_path()
     torch.set_num_threads(2)
     assert ops.parallel_threads_used(4096, 256) == 2
-    for name in sys.argv[1:]:
+    for name in sys.argv[2:]:
         check_on_shapes(name)
         check_on_distributions(name)
+    same_bits = torch.load(sys.argv[1])  # the in-process build's outputs of the stationary step
+    for name, (A, Wq, C) in same_bits.items():
+        assert torch.equal(qk.gemm(A, Wq, name), C), f"{name}: not the bits of the AVX-512 build"
     asm = subprocess.run(["objdump", "-d", info["path"]], capture_output=True, text=True, check=True).stdout
     assert "vpmaddubsw" in asm, "no AVX2 int8 dot product in the AVX2 build"
     assert "vpdpbusd" not in asm and "zmm" not in asm, "AVX-512 code in the AVX2 build"
@@ -119,7 +124,8 @@ VARIANT_CHECK = textwrap.dedent("""
 def test_avx2_build_without_openmp(tmp_path):
     """The AVX2-only build (``QUANTGEMM_CPU_ARCH=x86-64-v3``) with the std::thread fallback
     (``QUANTGEMM_OPENMP=0``), built into its own cache: its fastest Q4_0, Q8_0 and Q4_1 kernels against
-    the reference on the ragged shapes and every distribution, its objects free of AVX-512."""
+    the reference on the ragged shapes and every distribution, the stationary step with this build's
+    bits, its objects free of AVX-512."""
     env = dict(
         os.environ,
         QUANTGEMM_CACHE=str(tmp_path / "cache"),
@@ -128,8 +134,16 @@ def test_avx2_build_without_openmp(tmp_path):
         QUANTGEMM_NO_CUDA="1",
         PYTHONPATH=str(ROOT),
     )
+    # The stationary step does the same float operations on every instruction set: the AVX2 build
+    # must reproduce this (native) build's bits.
+    same_bits = {}
+    for name in STATIONARY:
+        A = torch.randn(7, 14336, generator=torch.Generator().manual_seed(1))
+        Wq = qk.quantize(torch.randn(37, 14336, generator=torch.Generator().manual_seed(2)), qk.KERNELS[name].wfmt)
+        same_bits[name] = (A, Wq, qk.gemm(A, Wq, name))
+    torch.save(same_bits, tmp_path / "same_bits.pt")
     r = subprocess.run(
-        [sys.executable, "-c", VARIANT_CHECK, *FASTEST],
+        [sys.executable, "-c", VARIANT_CHECK, str(tmp_path / "same_bits.pt"), *dict.fromkeys(FASTEST + STATIONARY)],
         env=env,
         cwd=ROOT,
         capture_output=True,

@@ -103,7 +103,6 @@ typedef int32x4_t ivec;    // 4 int32 partial sums of one block's dot product
 typedef float32x4_t fvec;  // 4 float partial sums of one output
 
 // 32 s8 x s8 products, summed in fours into 4 int32 lanes.
-// [excerpt: dot_neon]
 inline ivec dot_s8s8(qvec x, qvec y) {
 #if defined(__ARM_FEATURE_DOTPROD)
     const int32x4_t lo = vdotq_s32(vdupq_n_s32(0), x.val[0], y.val[0]);  // sdot: 16 pairs
@@ -145,7 +144,6 @@ template <>
 struct simd_w<w_q8_0> {
     static inline qvec load(const block_q8_0& b) { return {{vld1q_s8(b.qs), vld1q_s8(b.qs + 16)}}; }
     static inline ivec dot(qvec w, qvec a) { return dot_s8s8(w, a); }  // signed x signed: no sign trick
-    // [end excerpt: dot_neon]
 };
 
 #else  // portable: one int per block, what the instructions above compute
