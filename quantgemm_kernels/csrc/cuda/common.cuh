@@ -160,24 +160,52 @@ __device__ __forceinline__ int word_at(const uint32_t* raw, int off) {
 // are grouped by commit; wait_group<n> waits until at most n of this thread's groups are pending.
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
     const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+#if __CUDA_ARCH__ >= 800
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+#else
+    __trap();
+#endif
 }
 // The same with a guard: where `valid` is false nothing is read (src-size 0) and the 16 (4)
 // bytes of shared memory are filled with zeros: tails of K need no separate code path.
 __device__ __forceinline__ void cp_async16_zfill(void* smem, const void* gmem, bool valid) {
     const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+#if __CUDA_ARCH__ >= 800
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 16 : 0));
+#else
+    __trap();
+#endif
 }
 __device__ __forceinline__ void cp_async4_zfill(void* smem, const void* gmem, bool valid) {
     const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+#if __CUDA_ARCH__ >= 800
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 4 : 0));
+#else
+    __trap();
+#endif
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_commit() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n" ::);
+#else
+    __trap();
+#endif
+}
 template <int PENDING>
 __device__ __forceinline__ void cp_async_wait() {
+#if __CUDA_ARCH__ >= 800
     asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING));
+#else
+    __trap();
+#endif
 }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_all() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_all;\n" ::);
+#else
+    __trap();
+#endif
+}
 
 // Programmatic dependent launch (sm_90+). A kernel launched with the programmatic-serialization
 // attribute may start while the previous kernel in the stream still runs; grid_dependency_wait()
