@@ -155,6 +155,11 @@ def _estimate_s(k: Kernel, A, Wk, M: int, N: int, K: int, include_activation_qua
     return t1 + max(t2 - t1, 0.0) * (M - _PROBE_M) / _PROBE_M
 
 
+def _k_step(k: Entry) -> int:
+    """Values per block of the kernel's largest block (32; 256 for the K-quants): K must be a multiple."""
+    return max(F.SPECS[f].block_size if f in F.SPECS else F.QK for f in (k.wfmt, k.afmt))
+
+
 def _row_base(k: Entry, M: int, N: int, K: int, include_activation_quant: bool) -> Row:
     ggml = k.side == "llama.cpp"
     return Row(
@@ -167,7 +172,7 @@ def _row_base(k: Entry, M: int, N: int, K: int, include_activation_quant: bool) 
         M=M,
         N=N,
         K=K,
-        bytes=bytes_moved(k, M, N, K),
+        bytes=bytes_moved(k, M, N, K) if K % _k_step(k) == 0 else None,
         act_quant_timed=k.afmt != "f32" and (include_activation_quant or ggml),
         batch=1,  # calls per timed sample (1: call by call; >1: test-backend-ops style)
         cache="warm" if k.device == "cuda" else "n/a",
@@ -277,6 +282,9 @@ def run_sweep(
                 ok, why = ggml_ok[k.device]
             if ok and k.device == "cuda" and not k.runs_on(torch.cuda.get_device_capability()):
                 ok, why = False, f"needs compute capability {k.min_sm} to {k.max_sm}"
+            step = _k_step(k)
+            if ok and K % step:
+                ok, why = False, f"K={K} is not a whole number of the kernel's {step}-value blocks"
             if not ok:
                 row.status, row.reason = "skipped", why
                 if progress:
