@@ -486,8 +486,10 @@ class _MulMatGraph:
         n_threads: int | None,
         repeats: int = 1,
         copies: int = 1,
+        repack: bool = False,
     ):
         self.g, self.ctx, self.backend, self.buffer = g, None, None, None
+        self.ctx_w = self.buffer_w = None  # repack: the weights' own context and CPU_REPACK buffer
         self.M, self.N, self.K = M, N, K
         kind, index = _parse_backend(backend)
         self.kind = kind
@@ -518,14 +520,23 @@ class _MulMatGraph:
             self.ctx = g.ggml_init(params)
             if not self.ctx:
                 raise MemoryError("ggml_init failed")
-            self.a = g.ggml_new_tensor_2d(self.ctx, wtype, K, M)
+            wctx = self.ctx
+            if repack:
+                repack_buft = _repack_buffer_type(g, wtype, M, kind)
+                wparams = g.ggml_init_params(
+                    mem_size=g.ggml_tensor_overhead() * (copies + 2), mem_buffer=None, no_alloc=True
+                )
+                self.ctx_w = wctx = g.ggml_init(wparams)
+                if not self.ctx_w:
+                    raise MemoryError("ggml_init failed")
+            self.a = g.ggml_new_tensor_2d(wctx, wtype, K, M)
             self.b = g.ggml_new_tensor_2d(self.ctx, _type(g, "f32"), K, N)
             self.c = g.ggml_mul_mat(self.ctx, self.a, self.b)
             self.graph = g.ggml_new_graph_custom(self.ctx, graph_size, False)
             g.ggml_build_forward_expand(self.graph, self.c)
             self.a_copies, self.c_copies = [self.a], [self.c]
             for _ in range(copies - 1):  # copies 1 .. C-1: their own weights, the same b, after c_0
-                self.a_copies.append(g.ggml_new_tensor_2d(self.ctx, wtype, K, M))
+                self.a_copies.append(g.ggml_new_tensor_2d(wctx, wtype, K, M))
                 self.c_copies.append(g.ggml_mul_mat(self.ctx, self.a_copies[-1], self.b))
                 g.ggml_build_forward_expand(self.graph, self.c_copies[-1])
             add_node = _c_function(g, "ggml_graph_add_node", [ctypes.c_void_p, ctypes.c_void_p], None)
@@ -537,6 +548,17 @@ class _MulMatGraph:
             count = _c_function(g, "ggml_graph_n_nodes", [ctypes.c_void_p], ctypes.c_int)
             if count is not None and count(self.graph) != n_nodes:
                 raise RuntimeError(f"the graph has {count(self.graph)} nodes, expected {copies} x {repeats}")
+            if repack:  # the weights in CPU_REPACK: ggml_backend_tensor_set rewrites them as llama.cpp's loader does
+                alloc = _c_function(
+                    g,
+                    "ggml_backend_alloc_ctx_tensors_from_buft",
+                    [ctypes.c_void_p, ctypes.c_void_p],
+                    ctypes.c_void_p,
+                    prefer_package=False,
+                )
+                self.buffer_w = alloc(self.ctx_w, repack_buft)
+                if not self.buffer_w:
+                    raise MemoryError(f"ggml could not allocate the CPU_REPACK buffer for {copies} x M={M}, K={K}")
             self.buffer = g.ggml_backend_alloc_ctx_tensors(self.ctx, self.backend)
             if not self.buffer:
                 raise MemoryError(f"ggml could not allocate the {backend} buffer for {copies} x M={M}, N={N}, K={K}")
@@ -567,6 +589,11 @@ class _MulMatGraph:
         g = self.g
         if self.buffer:
             g.ggml_backend_buffer_free(self.buffer)
+        if self.buffer_w:
+            g.ggml_backend_buffer_free(self.buffer_w)
+        if self.ctx_w:
+            g.ggml_free(self.ctx_w)
+        self.buffer_w = self.ctx_w = None
         if self.backend:
             g.ggml_backend_free(self.backend)
         if self.ctx:
@@ -578,6 +605,51 @@ class _MulMatGraph:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _repack_buffer_type(g, wtype: int, M: int, kind: str):
+    """ggml-cpu's CPU_REPACK buffer type, for weights ``wtype`` with ``M`` rows on this CPU, or a
+    GgmlUnavailable saying why not. llama.cpp's loader puts weights there by default: Q4_0 is rewritten
+    into 8 interleaved rows (block_q4_0x8) where the CPU has AVX2, into 4 rows on ARM with the dot
+    product or i8mm, and so is Q8_0 on ARM (ggml-cpu/repack.cpp, ggml_repack_get_optimal_repack_type).
+    A type it does not repack here would crash in ggml (a null repack), so only those pass."""
+    if kind != "cpu":
+        raise ValueError("repack is a CPU backend feature: use backend='cpu'")
+    name = _type_name(g, wtype).lower()
+
+    def has(feature):
+        fn = _c_function(g, f"ggml_cpu_has_{feature}", [], ctypes.c_int, prefer_package=False)
+        return bool(fn and fn())
+
+    if name == "q4_0" and has("avx2"):
+        rows = 8
+    elif name in ("q4_0", "q8_0") and has("neon") and (has("dotprod") or has("matmul_int8")):
+        rows = 4
+    else:
+        raise GgmlUnavailable(f"ggml repacks no {name} weights on this CPU (Q4_0 with AVX2; Q4_0, Q8_0 on ARM)")
+    if M % rows:
+        raise GgmlUnavailable(f"ggml repacks {name} weights in groups of {rows} rows: M={M} is not a multiple")
+    fns = {
+        "ggml_backend_cpu_reg": ([], ctypes.c_void_p),
+        "ggml_backend_reg_dev_get": ([ctypes.c_void_p, ctypes.c_size_t], ctypes.c_void_p),
+        "ggml_backend_reg_get_proc_address": ([ctypes.c_void_p, ctypes.c_char_p], ctypes.c_void_p),
+        "ggml_backend_buft_name": ([ctypes.c_void_p], ctypes.c_char_p),
+    }
+    f = {n: _c_function(g, n, a, r, prefer_package=False) for n, (a, r) in fns.items()}
+    if None in f.values():
+        raise GgmlUnavailable("this ggml does not export the backend registry functions repack needs")
+    reg = f["ggml_backend_cpu_reg"]()
+    addr = f["ggml_backend_reg_get_proc_address"](reg, b"ggml_backend_dev_get_extra_bufts")
+    if not addr:
+        raise GgmlUnavailable("this ggml's CPU backend has no extra buffer types")
+    extra = ctypes.CFUNCTYPE(ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)(addr)
+    bufts = extra(f["ggml_backend_reg_dev_get"](reg, 0))
+    i = 0
+    while bufts and bufts[i]:
+        if f["ggml_backend_buft_name"](bufts[i]) == b"CPU_REPACK":
+            return bufts[i]
+        i += 1
+    raise GgmlUnavailable("this ggml was built without the CPU_REPACK buffer type (GGML_CPU_REPACK off)")
 
 
 def _prepare(Ws: list, A, wfmt: str):
@@ -623,6 +695,9 @@ class MulMatRunner:
     cache, every mul_mat reads its weights from memory. ``C = 1`` with ``repeats > 1`` is
     test-backend-ops perf (the same weights each time, hot in L2 when they fit). Each node
     quantizes ``b`` itself, as in test-backend-ops. A context manager; :meth:`close` frees it.
+    ``repack=True`` (CPU): the weights go into ggml-cpu's CPU_REPACK buffer, where llama.cpp's model
+    loader puts them by default, so mul_mat runs the repacked kernels (Q4_0 as 8 interleaved rows
+    with AVX2; Q4_0 and Q8_0 as 4 on ARM); :func:`_repack_buffer_type` refuses where ggml repacks nothing.
 
     ::
 
@@ -632,7 +707,16 @@ class MulMatRunner:
             C3 = run.result(3)                             # float32 [N, M]
     """
 
-    def __init__(self, Ws, A, wfmt: str, backend: str = "cpu", repeats: int = 1, n_threads: int | None = None):
+    def __init__(
+        self,
+        Ws,
+        A,
+        wfmt: str,
+        backend: str = "cpu",
+        repeats: int = 1,
+        n_threads: int | None = None,
+        repack: bool = False,
+    ):
         if isinstance(Ws, (list, tuple)):
             if not Ws:
                 raise ValueError("Ws is empty: give one weight matrix or a list of at least one")
@@ -647,7 +731,7 @@ class MulMatRunner:
         self.copies, self.repeats, self.n_mul_mats = len(Wbs), int(repeats), len(Wbs) * int(repeats)
         self.M, self.N, self.K, self.wfmt, self.backend = M, N, K, wfmt, backend
         self._mm = _MulMatGraph(
-            g, _type(g, wfmt), M, N, K, backend, n_threads, repeats=self.repeats, copies=self.copies
+            g, _type(g, wfmt), M, N, K, backend, n_threads, repeats=self.repeats, copies=self.copies, repack=repack
         )
         try:
             for a, Wb in zip(self._mm.a_copies, Wbs):
@@ -682,15 +766,18 @@ class MulMatRunner:
         self.close()
 
 
-def ggml_mul_mat(W, A, wfmt: str, backend: str = "cpu", n_threads: int | None = None) -> np.ndarray:
+def ggml_mul_mat(
+    W, A, wfmt: str, backend: str = "cpu", n_threads: int | None = None, repack: bool = False
+) -> np.ndarray:
     """``C [N, M]`` computed by ggml's ``mul_mat`` on a backend ("cpu", "cuda", "cuda:1").
 
     ``W`` is our quantized bytes (``quantize(W, wfmt)``, uint8 ``[M, K/32*block_bytes]``; ggml gets
     exactly these bytes) or float32 ``[M, K]`` (for ``"f32"``, or to let ggml quantize it). ``A``
-    is float32 ``[N, K]``; ggml quantizes it itself to its ``vec_dot_type``. ``n_threads`` (CPU)
+    is float32 ``[N, K]``; ggml quantizes it itself to its ``vec_dot_type``. ``repack`` (CPU): the weights
+    in CPU_REPACK, as llama.cpp loads them (see :class:`MulMatRunner`). ``n_threads`` (CPU)
     defaults to ``torch.get_num_threads()``.
     """
-    with MulMatRunner(_one_matrix(W), A, wfmt, backend, n_threads=n_threads) as run:
+    with MulMatRunner(_one_matrix(W), A, wfmt, backend, n_threads=n_threads, repack=repack) as run:
         run.compute()
         return run.result()
 
@@ -712,6 +799,7 @@ def time_ggml_mul_mat(
     warmup: int = 1,
     computes: int = 5,
     min_time_s: float = 0.0,
+    repack: bool = False,
 ) -> float:
     """Seconds per ``mul_mat``, timed the way llama.cpp's ``test-backend-ops perf`` times it.
 
@@ -727,7 +815,7 @@ def time_ggml_mul_mat(
     R = int(reps) if reps else perf_repeats(M, N, K, backend)
     if R < 1 or computes < 1:
         raise ValueError(f"reps and computes must be >= 1, got {R} and {computes}")
-    with MulMatRunner(Wb, A, wfmt, backend, repeats=R, n_threads=n_threads) as run:
+    with MulMatRunner(Wb, A, wfmt, backend, repeats=R, n_threads=n_threads, repack=repack) as run:
         for _ in range(warmup):
             run.compute()
         times = []

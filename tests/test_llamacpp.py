@@ -315,3 +315,29 @@ def test_standalone_build_and_the_ggml_module_in_one_process(monkeypatch):
     # each library keeps its own symbols (not RTLD_GLOBAL); both compute the same Q4_0 x Q8_0 products
     np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-4)
     assert L._package_name(L._ggml()) != STANDALONE_PACKAGE
+
+
+def _cpu_has(feature: str) -> bool:
+    fn = L._c_function(L._ggml(), f"ggml_cpu_has_{feature}", [], ctypes.c_int, prefer_package=False)
+    return bool(fn and fn())
+
+
+@pytest.mark.skipif(not INFO["cpu_backend"], reason="no ggml CPU backend")
+def test_repacked_weights_as_llama_cpp_loads_them():
+    """MulMatRunner(repack=True) puts the weights in ggml-cpu's CPU_REPACK buffer, as llama.cpp's
+    loader does: the result is ggml's plain mul_mat's to float rounding (another kernel, the same
+    Q8_0 activations); types and shapes ggml does not repack are refused with a message."""
+    if not (_cpu_has("avx2") or (_cpu_has("neon") and _cpu_has("dotprod"))):
+        pytest.skip("ggml repacks Q4_0 only with AVX2, or NEON with the dot product")
+    W, A = make_values((64, 512), "normal", seed=1), make_values((9, 512), "normal", seed=2)
+    Wq = F.quantize(W, "q4_0")
+    plain = L.ggml_mul_mat(Wq, A, "q4_0")
+    repacked = L.ggml_mul_mat(Wq, A, "q4_0", repack=True)
+    assert R.nmse(repacked, plain) < 1e-10
+    with pytest.raises(L.GgmlUnavailable, match="multiple"):
+        L.ggml_mul_mat(Wq[:60], A, "q4_0", repack=True)
+    if _cpu_has("avx2") and not _cpu_has("neon"):
+        with pytest.raises(L.GgmlUnavailable, match="repacks no q8_0"):
+            L.ggml_mul_mat(F.quantize(W, "q8_0"), A, "q8_0", repack=True)
+    with pytest.raises(ValueError, match="CPU backend"):
+        L._repack_buffer_type(L._ggml(), L._type(L._ggml(), "q4_0"), 64, "cuda")

@@ -298,6 +298,16 @@ inline void tile(const block_q8_1* A, const typename WF::block* W, float* C, int
     }
 }
 
+// A tile of r < TN tokens, r known at run time (tile's token count is a template argument).
+template <class WF, int TM, int R>
+inline void remainder(const block_q8_1* A, const typename WF::block* W, float* C, int nb, int M, int n0, int m0,
+                      int r) {
+    if constexpr (R > 0) {
+        if (r == R) return tile<WF, TM, R>(A, W, C, nb, M, n0, m0);
+        remainder<WF, TM, R - 1>(A, W, C, nb, M, n0, m0, r);
+    }
+}
+
 // Every token past TM weight rows: the rows stay in cache while the tokens stream.
 template <class WF, int TM>
 inline void rows(const GemmProblem& p, int nb, int m0) {
@@ -305,7 +315,8 @@ inline void rows(const GemmProblem& p, int nb, int m0) {
     const typename WF::block* W = (const typename WF::block*)p.W;
     int n = 0;
     for (; n + TN <= p.N; n += TN) tile<WF, TM, TN>(A, W, p.C, nb, p.M, n, m0);
-    for (; n < p.N; n++) tile<WF, TM, 1>(A, W, p.C, nb, p.M, n, m0);
+    // the last N % TN tokens in one tile, so that N = 2 .. 7 also unpack each weight block once
+    remainder<WF, TM, TN - 1>(A, W, p.C, nb, p.M, n, m0, p.N - n);
 }
 }  // namespace
 
