@@ -58,6 +58,11 @@ def ggml_entries(device: str = "cpu") -> list[Entry]:
         else:
             afmt = "q8_1"
         out.append(Entry(f"ggml_{device}_{wfmt}", device, wfmt, afmt, 5, "llama.cpp's ggml mul_mat", side="llama.cpp"))
+    if device == "cpu":
+        # what llama.cpp's loader does to Q4_0 on the CPU: the weights repacked into interleaved rows
+        # (llamacpp.MulMatRunner(repack=True)); a row of status "error" says why where ggml cannot
+        title = "llama.cpp's ggml mul_mat, weights repacked as its loader does"
+        out.append(Entry("ggml_cpu_q4_0_repack", "cpu", "q4_0", "q8_0", 5, title, side="llama.cpp"))
     return out
 
 

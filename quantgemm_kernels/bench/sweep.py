@@ -185,7 +185,9 @@ def _time_ggml(k: Kernel, A, W, M, N, K, warmup, reps):
     from .. import llamacpp
 
     backend = "cuda" if k.device == "cuda" else "cpu"
-    s = llamacpp.time_ggml_mul_mat(W, A, k.wfmt, backend=backend, warmup=max(1, warmup), computes=max(1, reps))
+    s = llamacpp.time_ggml_mul_mat(
+        W, A, k.wfmt, backend=backend, warmup=max(1, warmup), computes=max(1, reps), repack=k.name.endswith("_repack")
+    )
     return Timing(s, s, max(1, reps))
 
 
