@@ -185,8 +185,11 @@ at::Tensor gemm_cpu(const at::Tensor& A, const at::Tensor& W, c10::string_view k
     at::Tensor C = at::empty({N, M}, A.options().dtype(at::kFloat));
     if (N == 0 || M == 0) return C;
     GemmProblem p{A.data_ptr(), W.data_ptr(), C.data_ptr<float>(), (int)N, (int)M, (int)K};
-    // Split the output features across threads; each chunk is a whole number of 8 columns.
-    const int64_t grain = std::max<int64_t>(8, (M / (8 * at::get_num_threads())) / 8 * 8);
+    // Split the output features across threads; each chunk is a whole number of 8 columns, and at
+    // least 2^17 multiply-adds: waking a thread costs microseconds, as much as a small layer's whole
+    // product (a 576 x 576 layer at N = 1 is 2 chunks, a 32 x 32 one runs on the calling thread).
+    const int64_t min_rows = ((1 << 17) / std::max<int64_t>(N * K, 1) + 7) / 8 * 8;
+    const int64_t grain = std::max({int64_t(8), (M / (8 * at::get_num_threads())) / 8 * 8, min_rows});
     qg_parallel_for(0, M, grain, [&](int64_t m0, int64_t m1) { k->fn(p, (int)m0, (int)m1); });
     return C;
 }
