@@ -318,12 +318,116 @@ inline void rows(const GemmProblem& p, int nb, int m0) {
     // the last N % TN tokens in one tile, so that N = 2 .. 7 also unpack each weight block once
     remainder<WF, TM, TN - 1>(A, W, p.C, nb, p.M, n, m0, p.N - n);
 }
+#ifdef QG_VNNI
+// ---- VNNI: 8 rows with the token broadcast, no reduction across lanes ----
+// The 8 rows' unpacked blocks are transposed in registers (8 x 8 int32: unpacks and lane permutes),
+// so that vector k holds bytes 4k..4k+3 of every row, row j in lane j. One vpdpbusd of vector k with
+// the token's bytes 4k..4k+3 broadcast to all lanes then adds 4 products to each row's own lane:
+// after 8 of them lane j is row j's integer dot product, as llama.cpp's repacked block_q4_0x8 layout
+// gives it, with the transposition paid once per weight block and shared by the TN8 tokens.
+// The integer sums are the ones the 4-row tiles compute, and the float operations per output the
+// same (fma(sumi, d_w d_a, c) per block, then - 8 * comp): the same bits.
+constexpr int TN8 = 8;
+
+inline void transpose8x8(__m256i r[8]) {  // r[j] dword k -> r[k] dword j
+    __m256i t[8], u[8];
+    for (int j = 0; j < 8; j += 2) {
+        t[j] = _mm256_unpacklo_epi32(r[j], r[j + 1]);
+        t[j + 1] = _mm256_unpackhi_epi32(r[j], r[j + 1]);
+    }
+    for (int j = 0; j < 8; j += 4) {
+        u[j] = _mm256_unpacklo_epi64(t[j], t[j + 2]);
+        u[j + 1] = _mm256_unpackhi_epi64(t[j], t[j + 2]);
+        u[j + 2] = _mm256_unpacklo_epi64(t[j + 1], t[j + 3]);
+        u[j + 3] = _mm256_unpackhi_epi64(t[j + 1], t[j + 3]);
+    }
+    for (int k = 0; k < 4; k++) {
+        r[k] = _mm256_permute2x128_si256(u[k], u[k + 4], 0x20);
+        r[k + 4] = _mm256_permute2x128_si256(u[k], u[k + 4], 0x31);
+    }
+}
+
+inline int dword(const int8_t* q, int k) {
+    int v;
+    memcpy(&v, q + 4 * k, sizeof v);
+    return v;
+}
+
+template <class WF, int TN_>
+inline void tile8(const block_q8_1* A, const typename WF::block* W, float* C, int nb, int M, int n0, int m0) {
+    using B = typename WF::block;
+    __m256 acc[TN_], comp[TN_];
+    for (int i = 0; i < TN_; i++) acc[i] = comp[i] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        __m256i wt[8];
+        fp16_bits d[8];
+        for (int j = 0; j < 8; j++) {
+            const B& blk = W[(int64_t)(m0 + j) * nb + b];
+            wt[j] = simd_w<WF>::load(blk).q;
+            d[j] = blk.d;
+        }
+        transpose8x8(wt);
+        const __m256 d_w = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)d));  // the 8 rows' scales
+        __m256i init = _mm256_setzero_si256();
+        if constexpr (WF::offset == 0) {  // Q8_0: a + 128 against signed w, started from -128 * sum w
+            for (int k = 0; k < 8; k++) init = QG_VNNI(init, _mm256_set1_epi8(1), wt[k]);
+            init = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(init, 7));
+        }
+        for (int i = 0; i < TN_; i++) {
+            const block_q8_1& a = A[(int64_t)(n0 + i) * nb + b];
+            __m256i sumi = init;
+            if constexpr (WF::offset == 0) {  // Q8_0: the token, + 128, is the unsigned operand
+                alignas(32) int8_t au[QK];    // broadcast from memory: a load, no ALU work
+                _mm256_store_si256((__m256i*)au, simd_w<WF>::prep_a(load_q8_1(a)));
+                for (int k = 0; k < 8; k++) sumi = QG_VNNI(sumi, _mm256_set1_epi32(dword(au, k)), wt[k]);
+            } else {  // Q4_0: the nibbles are
+                for (int k = 0; k < 8; k++) sumi = QG_VNNI(sumi, wt[k], _mm256_set1_epi32(dword(a.qs, k)));
+            }
+            const __m128 ds = f16x4(d_and_s(a));  // d_a, s_a
+            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_mul_ps(d_w, _mm256_broadcastss_ps(ds)), acc[i]);
+            if constexpr (WF::offset != 0)
+                comp[i] = _mm256_add_ps(comp[i], _mm256_mul_ps(d_w, _mm256_broadcastss_ps(_mm_movehdup_ps(ds))));
+        }
+    }
+    for (int i = 0; i < TN_; i++) {
+        alignas(32) float c8[8], comp8[8];
+        _mm256_store_ps(c8, acc[i]);
+        _mm256_store_ps(comp8, comp[i]);
+        for (int j = 0; j < 8; j++) {
+            float c = c8[j];
+            if constexpr (WF::offset != 0) c -= (float)WF::offset * comp8[j];
+            C[(int64_t)(n0 + i) * M + m0 + j] = c;
+        }
+    }
+}
+
+template <class WF, int R>
+inline void remainder8(const block_q8_1* A, const typename WF::block* W, float* C, int nb, int M, int n0, int m0,
+                       int r) {
+    if constexpr (R > 0) {
+        if (r == R) return tile8<WF, R>(A, W, C, nb, M, n0, m0);
+        remainder8<WF, R - 1>(A, W, C, nb, M, n0, m0, r);
+    }
+}
+
+template <class WF>
+inline void rows8(const GemmProblem& p, int nb, int m0) {
+    const block_q8_1* A = (const block_q8_1*)p.A;
+    const typename WF::block* W = (const typename WF::block*)p.W;
+    int n = 0;
+    for (; n + TN8 <= p.N; n += TN8) tile8<WF, TN8>(A, W, p.C, nb, p.M, n, m0);
+    remainder8<WF, TN8 - 1>(A, W, p.C, nb, p.M, n, m0, p.N - n);
+}
+#endif
 }  // namespace
 
 template <class WF>
 void gemm_q8_1_stationary(const GemmProblem& p, int m_begin, int m_end) {
     const int nb = p.K / QK;
     int m = m_begin;
+#ifdef QG_VNNI
+    for (; m + 8 <= m_end; m += 8) rows8<WF>(p, nb, m);
+#endif
     for (; m + 4 <= m_end; m += 4) rows<WF, 4>(p, nb, m);
     for (; m < m_end; m++) rows<WF, 1>(p, nb, m);
 }
