@@ -7,6 +7,7 @@ names the argument, what was expected and what came. The compiled operators chec
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from dataclasses import dataclass
@@ -88,8 +89,9 @@ def quantize(x: torch.Tensor, fmt: str, *, q8_1_sum: str = "d_sum_q", check_fini
             raise ValueError("x contains NaN or Inf: llama.cpp's quantizers give undefined bytes for them")
         if f.scale_div is not None and amax / f.scale_div > _FP16_MAX:
             _warn_scale_overflow(amax, fmt)
-        elif "s" in f.header:
+        elif "s" in f.header and amax * f.block_size > 0.99 * _FP16_MAX:
             # s (d*sum(q) or sum(x)) is about the block's sum: it overflows fp16 long before d does
+            # (it cannot while block_size * max |x| stays below; then this second pass is skipped)
             block_sum = float(x.reshape(-1, f.block_size).sum(dim=1).abs().max())
             if block_sum > 0.99 * _FP16_MAX:
                 warnings.warn(
@@ -335,14 +337,28 @@ def pick_kernel(device, wfmt: str, N: int, M: int | None = None) -> Kernel:
     if wfmt == "f32":
         return KERNELS[f"{device.type}_f32_f32_{'blocked' if device.type == 'cpu' else 'tiled'}"]
     _check_fmt(wfmt)
+    if device.type == "cpu":  # the format's SIMD step, else its last step in teaching order
+        return _cpu_kernel(wfmt)
     if not any(k.wfmt == wfmt and k.device == device.type for k in KERNELS.values()):
         raise ValueError(f"no {device.type} kernel reads {wfmt} weights yet")
-    if device.type == "cpu":  # the format's SIMD step, else its last step in teaching order
-        cpu = [k for k in KERNELS.values() if k.wfmt == wfmt and k.device == "cpu"]
-        return next((k for k in cpu if k.name.endswith("_simd")), cpu[-1])
-    cc = torch.cuda.get_device_capability(device)
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
-    return pick_cuda_kernel(wfmt, N, M, tuple(cc), sms)
+    cc, sms = _gpu_info(device)
+    return pick_cuda_kernel(wfmt, N, M, cc, sms)
+
+
+@functools.lru_cache(maxsize=None)
+def _cpu_kernel(wfmt: str) -> Kernel:
+    cpu = [k for k in KERNELS.values() if k.wfmt == wfmt and k.device == "cpu"]
+    if not cpu:
+        raise ValueError(f"no cpu kernel reads {wfmt} weights yet")
+    return next((k for k in cpu if k.name.endswith("_simd")), cpu[-1])
+
+
+@functools.lru_cache(maxsize=None)
+def _gpu_info(device: torch.device) -> tuple[tuple[int, int], int]:
+    """(compute capability, SMs) of a CUDA device: asked once per device (a model asks per layer)."""
+    return tuple(torch.cuda.get_device_capability(device)), torch.cuda.get_device_properties(
+        device
+    ).multi_processor_count
 
 
 def pick_cuda_kernel(wfmt: str, N: int, M: int | None, cc: tuple[int, int], sms: int) -> Kernel:
