@@ -1,8 +1,8 @@
 // cpu/04_w4a8/4_stationary.cpp (chapter 4, W4A8): the SIMD step with the weights kept in cache
-// and the 4 rows of a tile in the lanes of one vector.
+// and the rows of a tile in the lanes of one vector.
 //
 // The block arithmetic of 3_simd.cpp (the same integer dot products; Q4_0's compensation
-// d_w * s_a summed beside them), with four changes that llama.cpp's CPU kernels make too
+// d_w * s_a summed beside them), with the changes that llama.cpp's CPU kernels make too
 // (llamafile's tinyBLAS, which llama.cpp's own build turns on, and the Q4_0 weights it repacks at
 // load time, ggml-cpu/repack.cpp):
 //
@@ -24,12 +24,16 @@
 //    so the dot product starts from -128 * sum w (per 4-byte lane, one more vpdpbusd per weight
 //    block, shared by all tokens) instead of 0: one instruction per block pair instead of three.
 //    (AVX2's vpmaddubsw cannot do this: (a + 128) w overflows its int16 pair sums.)
+//  * With VNNI, no reduction at all (tile8, below): 8 rows' blocks transposed in registers so that
+//    each 32-bit lane of a vpdpbusd belongs to one row, the token's 4 bytes broadcast to all lanes:
+//    the layout llama.cpp's repacked Q4_0 (block_q4_0x8) has in memory, built per weight block and
+//    shared by 8 tokens.
 //
 // Each output is  c = fma(sumi_b, d_w d_a, c) over the blocks b in order, then - 8 * comp for Q4_0:
 // the same float operations on every instruction set, so AVX-512, AVX2, NEON and the portable
-// loop give the same bits (tests/test_cpu_cross.py checks it). Register tile: 4 weight rows x TN
-// tokens, TN = 8 where the ISA has 32 vector registers (AVX-512's, NEON's), 4 with AVX2's 16; the
-// remainders take tiles of fewer rows or tokens.
+// loop give the same bits (tests/test_cpu_cross.py checks it). Register tiles: with VNNI 8 weight
+// rows x 8 tokens; otherwise 4 rows x TN tokens, TN = 8 where the ISA has 32 vector registers
+// (NEON's), 4 with AVX2's 16; the remainders take tiles of fewer rows or tokens.
 #include "w_q8_1.h"
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
