@@ -31,11 +31,14 @@ class GGUFModelError(ValueError):
 
 #: GGML tensor type -> the package's format name. Tensors of these types stay quantized and go
 #: through :func:`quantgemm_kernels.linear` as a ``QTensor``; a type listed here whose format the
-#: package does not (yet) have gives a clear error at load time.
+#: package does not (yet) have gives a clear error at load time. Q4_K and Q6_K (chapter 8) have
+#: CPU kernels only: a model with them runs on the CPU.
 GGML_FORMATS: dict[str, str] = {
     "Q4_0": "q4_0",
     "Q4_1": "q4_1",
     "Q8_0": "q8_0",
+    "Q4_K": "q4_k",
+    "Q6_K": "q6_k",
 }
 #: GGML types read as float tensors (norms, sometimes embeddings or small matrices).
 FLOAT_TYPES = ("F32", "F16")
