@@ -102,6 +102,7 @@ typedef int8x16x2_t qvec;  // the 32 quants of one block, two 128-bit registers
 typedef int32x4_t ivec;    // 4 int32 partial sums of one block's dot product
 typedef float32x4_t fvec;  // 4 float partial sums of one output
 
+// [excerpt: dot_neon]
 // 32 s8 x s8 products, summed in fours into 4 int32 lanes.
 inline ivec dot_s8s8(qvec x, qvec y) {
 #if defined(__ARM_FEATURE_DOTPROD)
@@ -115,6 +116,7 @@ inline ivec dot_s8s8(qvec x, qvec y) {
     return vpadalq_s16(s, vmull_s8(vget_high_s8(x.val[1]), vget_high_s8(y.val[1])));
 #endif
 }
+// [end excerpt: dot_neon]
 
 inline qvec load_q8_1(const block_q8_1& a) { return {{vld1q_s8(a.qs), vld1q_s8(a.qs + 16)}}; }
 inline float scale_f32(fp16_bits h) {

@@ -275,6 +275,7 @@ inline void tile(const block_q8_1* A, const typename WF::block* W, float* C, int
     const block_q8_1* arow[TN_];
     for (int j = 0; j < TM; j++) wrow[j] = W + (int64_t)(m0 + j) * nb;
     for (int i = 0; i < TN_; i++) arow[i] = A + (int64_t)(n0 + i) * nb;
+    // [excerpt: stationary_loop]
     for (int b = 0; b < nb; b++) {
         const B* wb[TM];
         typename simd_w<WF>::W wq[TM];
@@ -293,6 +294,7 @@ inline void tile(const block_q8_1* A, const typename WF::block* W, float* C, int
             if constexpr (WF::offset != 0) comp[i] = add4(comp[i], mul4(d_w, splat1(ds)));  // d_w * s_a
         }
     }
+    // [end excerpt: stationary_loop]
     for (int i = 0; i < TN_; i++) {
         for (int j = 0; j < TM; j++) {
             float c = lane(acc[i], j);
@@ -362,6 +364,7 @@ inline void tile8(const block_q8_1* A, const typename WF::block* W, float* C, in
     using B = typename WF::block;
     __m256 acc[TN_], comp[TN_];
     for (int i = 0; i < TN_; i++) acc[i] = comp[i] = _mm256_setzero_ps();
+    // [excerpt: rows_in_lanes]
     for (int b = 0; b < nb; b++) {
         __m256i wt[8];
         fp16_bits d[8];
@@ -393,6 +396,7 @@ inline void tile8(const block_q8_1* A, const typename WF::block* W, float* C, in
                 comp[i] = _mm256_add_ps(comp[i], _mm256_mul_ps(d_w, _mm256_broadcastss_ps(_mm_movehdup_ps(ds))));
         }
     }
+    // [end excerpt: rows_in_lanes]
     for (int i = 0; i < TN_; i++) {
         alignas(32) float c8[8], comp8[8];
         _mm256_store_ps(c8, acc[i]);
