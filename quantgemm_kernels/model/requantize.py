@@ -214,20 +214,30 @@ def requantize_gguf(src, dst, *, recipe: str = "Q4_K_M", missing: str = "keep") 
     return report
 
 
-def quantize_with_llama_cpp(src, dst, ftype: str = "Q4_K_M", threads: int | None = None) -> None:
+def quantize_with_llama_cpp(src, dst, ftype: str = "Q4_K_M", threads: int | None = None, verbose: bool = False) -> None:
     """llama.cpp's own ``llama_model_quantize`` (what ``llama-quantize`` runs), through
     llama-cpp-python: ``src`` requantized to ``ftype`` (``allow_requantize``: a quantized source is
-    dequantized by ggml first, as :func:`requantize_gguf` does). Raises ImportError without
-    llama-cpp-python, RuntimeError if llama.cpp reports a failure."""
+    dequantized by ggml first, as :func:`requantize_gguf` does). Its log (a line per tensor) is
+    silenced unless ``verbose``. Raises ImportError without llama-cpp-python, RuntimeError if
+    llama.cpp reports a failure."""
+    import contextlib
     import ctypes
 
     import llama_cpp
+
+    try:  # llama-cpp-python's own silencer (file descriptors 1 and 2, and ipykernel's copies)
+        from llama_cpp._utils import suppress_stdout_stderr
+
+        quiet = suppress_stdout_stderr(disable=verbose)
+    except ImportError:  # pragma: no cover - another llama-cpp-python layout
+        quiet = contextlib.nullcontext()
 
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{ftype}")
     params.allow_requantize = True
     if threads:
         params.nthread = int(threads)
-    rc = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params))
+    with quiet:
+        rc = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params))
     if rc != 0:
         raise RuntimeError(f"llama_model_quantize({src} -> {dst}, {ftype}) returned {rc}")
