@@ -327,6 +327,15 @@ class QTensor:
 #: K = 14336, 19.7 against 20.3 at K = 4096) and behind from N = 16; with 112 (M = 14336, K = 4096)
 #: to N = 5 (36.8 against 53.5), and level at N = 8 (54.4 against 53.5). Q8_0 likewise.
 #: Between the measured N they are a choice, not a measurement.
+#: On the CPU, chapter 4's stationary step (weight rows outer, 4 or 8 rows in the lanes of one
+#: vector) for the formats that have it, at every N, else the SIMD step. One kernel per format
+#: whatever N: a token's outputs then have the same bits in a batch of 1 or of 512 (the model's KV
+#: cache is checked against the full pass that way). From the record
+#: bench_results/intel-xeon-processor-2t/2026-11-24/results-153325.json (2 threads, Xeon with
+#: AVX-512 VNNI, M = 4096, K = 14336): Q4_0 level with the SIMD step at N = 1 (2.07 against 2.08 ms)
+#: and ahead at 8 and 512 (6.20 against 13.9, 491 against 1039); Q8_0 behind at N = 1 (2.72 against
+#: 2.21) but ahead at 8 and 512 (8.04 against 12.27, 555 against 991).
+CPU_STATIONARY = ("q4_0", "q8_0")
 DECODE_MAX_N_FEW_TILES = 8  # N up to which the decode kernel runs when M/128 < SMs/2
 DECODE_MAX_N = 5  # otherwise
 
@@ -337,7 +346,9 @@ def pick_kernel(device, wfmt: str, N: int, M: int | None = None) -> Kernel:
     if wfmt == "f32":
         return KERNELS[f"{device.type}_f32_f32_{'blocked' if device.type == 'cpu' else 'tiled'}"]
     _check_fmt(wfmt)
-    if device.type == "cpu":  # the format's SIMD step, else its last step in teaching order
+    if device.type == "cpu":  # the stationary step where it is faster, the SIMD step, else the last step
+        if wfmt in CPU_STATIONARY and f"cpu_{wfmt}_q8_1_stationary" in KERNELS:
+            return KERNELS[f"cpu_{wfmt}_q8_1_stationary"]
         return _cpu_kernel(wfmt)
     if not any(k.wfmt == wfmt and k.device == device.type for k in KERNELS.values()):
         raise ValueError(f"no {device.type} kernel reads {wfmt} weights yet")
