@@ -490,8 +490,8 @@ class Format:
     ``header`` lists the float scale fields (fp16, or Q8_K's float32 d) that
     ``api.validate_blocks`` checks for inf/NaN, wherever they sit in the block, ``scale_div`` how
     the largest fp16 scale is made from the block's largest magnitude (for the fp16 overflow
-    warning; inf where no scale is fp16; None where the scales come from a search, the K-quants:
-    ``api.quantize`` then looks for inf in the stored scales). ``cuda``: whether CUDA quantizers and dequantizers exist.
+    warning; inf where no scale is fp16; None where no single division says it, the K-quants'
+    searched scales and Q4_1's min: ``api.quantize`` then looks for inf in the stored fields). ``cuda``: whether CUDA quantizers and dequantizers exist.
     """
 
     name: str
@@ -562,7 +562,7 @@ SPECS: dict[str, Format] = {
             _q4_0_quants,
             min_field="m",
             header=("d", "m"),
-            scale_div=15.0,
+            scale_div=None,  # m = min overflows fp16 from |min| > 65504, long before d = (max - min) / 15
             role="weights",
             ggml_type="GGML_TYPE_Q4_1",
             doc="4-bit weights with a scale and a min per 32; value = nibble * d + m",

@@ -171,18 +171,25 @@ def test_fp16_overflow_warns_and_keeps_llama_cpp_bytes(fmt, scale):
         assert np.array_equal(q.numpy(), F.quantize(x.numpy(), fmt))
 
 
-@pytest.mark.parametrize("fmt", ["q4_k", "q6_k"])
-def test_k_quant_fp16_overflow_warns_exactly_when_a_scale_is_inf(fmt):
-    """The K-quants' d (and Q4_K's dmin) come from a search, with no closed form in max |x|: the
-    warning is decided on the stored scales, so it fires where one is inf and nowhere else. Measured
-    on normal data: Q4_K's scales overflow from max |x| ~ 8e6, Q6_K's from ~ 4e8."""
+K_SCALES = (3e5, 1e6, 3e6, 1e7, 3e7, 1e8, 3e8, 1e9)
+
+
+@pytest.mark.parametrize(
+    "fmt,scales", [("q4_k", K_SCALES), ("q6_k", K_SCALES), ("q4_1", (1e2, 1e3, 1e4, 3e4, 1e5, 1e6))]
+)
+def test_fp16_overflow_of_a_stored_field_warns_exactly_when_it_is_inf(fmt, scales):
+    """The K-quants' d (and Q4_K's dmin) come from a search, with no closed form in max |x|, and
+    Q4_1's min m overflows long before its d: the warning is decided on the stored fields, so it
+    fires where one is inf and nowhere else. Measured on normal data: Q4_K's scales overflow from
+    max |x| ~ 8e6, Q6_K's from ~ 4e8, Q4_1's min from 65504."""
     import warnings
 
     import numpy as np
     from quantgemm_kernels import formats as F
 
     rng = np.random.default_rng(0)
-    for scale in (3e5, 1e6, 3e6, 1e7, 3e7, 1e8, 3e8, 1e9):
+    seen = set()
+    for scale in scales:
         x = (rng.standard_normal((16, 256)) * scale).astype(np.float32)
         with warnings.catch_warnings(record=True) as caught, np.errstate(all="ignore"):
             warnings.simplefilter("always")
@@ -192,7 +199,8 @@ def test_k_quant_fp16_overflow_warns_exactly_when_a_scale_is_inf(fmt):
         inf = any(np.isinf(b[h].astype(np.float32)).any() for h in F.SPECS[fmt].header)
         assert np.array_equal(q.numpy(), want)
         assert any("overflows fp16" in str(w.message) for w in caught) == inf, (scale, inf)
-    assert inf  # the largest scale overflows: both outcomes were seen
+        seen.add(inf)
+    assert seen == {False, True}  # both outcomes were seen
 
 
 def test_gemm_q8_1_sum_argument_is_checked():
