@@ -583,3 +583,74 @@ def plot_crossover(record: dict, wfmt: str, M: int, K: int, ax=None):
     ax.grid(True, which="major", lw=0.3)
     fig.tight_layout()
     return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# Which lane reads which address (chapter 3's decode step)
+# ---------------------------------------------------------------------------------------------
+def decode_lane_addresses(lanes_per_block: int = 4) -> dict[str, np.ndarray]:
+    """Byte ranges a warp reads in one step of a Q4_0 x float32 GEMV over 8 blocks of one weight row.
+
+    ``lanes_per_block=4`` is chapter 3's decode step (``03_w4a16/3_decode.cu``): lane ``l = 4b + w``
+    takes quant word ``w`` of block ``b`` (bytes ``18 b + 2 + 4w ..``; the 2-byte scale ``d`` first)
+    and the two float4 of activations its nibbles multiply (values ``4w ..`` and ``4w + 16 ..`` of
+    block ``b``). ``lanes_per_block=1`` is one lane per block, the layout the tiled step's comment
+    once suggested: lane ``l`` takes all of block ``l`` (32 blocks per warp step).
+    Returns per lane and load instruction ``[start, end)`` byte ranges (a 4-byte word of quants, a
+    16-byte float4): ``"w_quants"`` ([32, loads, 2]) into the row's bytes and ``"a"``
+    ([32, loads, 2]) into the float32 activation row, and ``"w_scale"`` ([32, 2], the ``d`` each
+    lane reads).
+    """
+    B, QB = F.SPECS["q4_0"].dtype.itemsize, F.QK  # 18 bytes, 32 values per block
+    if lanes_per_block == 4:
+        lane = np.arange(32)
+        b, w = lane // 4, lane % 4
+        wq = np.stack([B * b + 2 + 4 * w, B * b + 2 + 4 * w + 4], axis=-1)[:, None, :]
+        a0 = (QB * b + 4 * w) * 4
+        a1 = (QB * b + 4 * w + 16) * 4
+        a = np.stack([np.stack([a0, a0 + 16], -1), np.stack([a1, a1 + 16], -1)], axis=1)
+        scale = np.stack([B * b, B * b + 2], axis=-1)
+    elif lanes_per_block == 1:  # a lane reads its block's quants a word and its floats a float4 at a time
+        lane = np.arange(32)[:, None]
+        words, vecs = np.arange(4)[None, :], np.arange(8)[None, :]
+        wq = np.stack([B * lane + 2 + 4 * words, B * lane + 2 + 4 * words + 4], axis=-1)
+        a = np.stack([QB * 4 * lane + 16 * vecs, QB * 4 * lane + 16 * vecs + 16], axis=-1)
+        scale = np.stack([B * lane[:, 0], B * lane[:, 0] + 2], axis=-1)
+    else:
+        raise ValueError(f"lanes_per_block must be 4 (the decode step) or 1, got {lanes_per_block}")
+    return {"w_quants": wq, "a": a, "w_scale": scale}
+
+
+def draw_decode_lane_map(lanes_per_block: int = 4, axes=None):
+    """Draw :func:`decode_lane_addresses`: the weight bytes and the activation bytes of one warp
+    step, coloured by the lane that reads them, with the 32-byte sectors (a DRAM/L2 transaction) and
+    128-byte lines marked. Lanes that read the same bytes (a block's scale) share a colour band."""
+    plt = _pyplot()
+    m = decode_lane_addresses(lanes_per_block)
+    if axes is None:
+        _, axes = plt.subplots(2, 1, figsize=(11, 3.6))
+    cmap = plt.get_cmap("hsv")
+    for ax, key, total, label in (
+        (axes[0], "w_quants", int(m["w_quants"].max()), "weight row (Q4_0 bytes)"),
+        (axes[1], "a", int(m["a"].max()), "activations (float32 bytes)"),
+    ):
+        for lane in range(32):
+            for k, (s, e) in enumerate(m[key][lane]):  # solid: the warp's first load instruction
+                ax.barh(0, e - s, left=s, height=0.8, color=cmap(lane / 32), alpha=1.0 if k == 0 else 0.25, lw=0)
+        if key == "w_quants":
+            for lane in range(32):
+                s, e = m["w_scale"][lane]
+                ax.barh(0, e - s, left=s, height=0.8, color="0.55", edgecolor="none")
+        for x in range(0, total + 32, 32):
+            ax.axvline(x, color="k", lw=0.8 if x % 128 == 0 else 0.3)
+        ax.set(
+            xlim=(0, total),
+            yticks=[],
+            xlabel=f"{label}: byte offset (thin lines: 32-byte sectors, thick: 128-byte lines)",
+        )
+    axes[0].set_title(
+        f"one warp step, {'4 lanes per block (chapter 3 decode step)' if lanes_per_block == 4 else 'one lane per block'}:"
+        " colour = lane 0..31 (solid: the first load instruction), grey = scales",
+        fontsize=9,
+    )
+    return axes

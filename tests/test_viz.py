@@ -145,3 +145,26 @@ def test_results_table_and_print_source(capsys):
     out = capsys.readouterr().out
     assert out.startswith("--- csrc/")
     assert "/work/" not in out and "/root/" not in out  # the path is relative to the package
+
+
+@pytest.mark.parametrize("lanes_per_block,blocks", [(4, 8), (1, 32)])
+def test_decode_lane_map_covers_each_byte_once(lanes_per_block, blocks):
+    """Chapter 3's picture of which lane reads which address: the lanes' quant ranges cover the
+    step's blocks' 16 quant bytes each exactly once (never a scale byte), their activation ranges
+    the blocks' 32 floats exactly once."""
+    import numpy as np
+
+    m = viz.decode_lane_addresses(lanes_per_block)
+    w = np.zeros(18 * blocks, int)
+    for s, e in m["w_quants"].reshape(-1, 2):
+        w[s:e] += 1
+    quant = np.array([(i % 18) >= 2 for i in range(18 * blocks)])
+    assert (w[quant] == 1).all() and (w[~quant] == 0).all()
+    a = np.zeros(128 * blocks, int)
+    for s, e in m["a"].reshape(-1, 2):
+        a[s:e] += 1
+    assert (a == 1).all()
+    assert set(map(tuple, m["w_scale"])) == {(18 * b, 18 * b + 2) for b in range(blocks)}
+    assert len(viz.draw_decode_lane_map(lanes_per_block)) == 2
+    with pytest.raises(ValueError, match="lanes_per_block"):
+        viz.decode_lane_addresses(2)
