@@ -11,6 +11,7 @@ function (its source starts with ``def ``) draws nothing itself.
 
 from __future__ import annotations
 
+import json
 import re
 
 DRAWS = re.compile(r"(\bplot_\w+\(|plt\.subplots|plt\.figure|\.imshow\(|draw_\w+\()")
@@ -37,3 +38,17 @@ def has_image(cell) -> bool:
 def cells_without_figures(nb) -> list[int]:
     """Indices (in ``nb["cells"]``) of the cells that draw but store no image."""
     return [i for i, cell in enumerate(nb.get("cells", [])) if draws(cell) and not has_image(cell)]
+
+
+#: A path of the machine that executed a notebook (its checkout, a temporary folder, a home): the
+#: book must not show one, in a cell's source or in its outputs.
+LOCAL = re.compile(r"/(work|root|home|tmp|opt)/[A-Za-z0-9_.-]+")
+
+
+def local_paths(nb) -> list[tuple[int, str]]:
+    """(cell index, path) for every local path in a notebook's sources and outputs."""
+    found = []
+    for i, cell in enumerate(nb["cells"]):
+        text = _source(cell) + "".join(json.dumps(o) for o in cell.get("outputs", []))
+        found += [(i, m.group(0)) for m in LOCAL.finditer(text)]
+    return found

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from quantgemm_kernels._nbcheck import cells_without_figures, draws, has_image
+from quantgemm_kernels._nbcheck import cells_without_figures, draws, has_image, local_paths
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
 
@@ -25,6 +25,24 @@ def test_drawing_cells_store_an_image(path):
         f"image output (image/png, image/svg+xml or a widget): re-execute the notebook "
         f"with tools/execute_notebooks.py"
     )
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_no_local_paths(path):
+    """No cell's source or output shows a path of the machine that executed it."""
+    found = local_paths(json.loads(path.read_text()))
+    assert not found, f"{path.name}: local paths {found[:5]}"
+
+
+def test_local_path_detection():
+    nb = {
+        "cells": [
+            {"cell_type": "code", "source": "x = 1\n", "outputs": []},
+            {"cell_type": "code", "source": 'run("/tmp/variants")', "outputs": []},
+            {"cell_type": "code", "source": "", "outputs": [{"output_type": "stream", "text": "at /work/main/x.py"}]},
+        ]
+    }
+    assert local_paths(nb) == [(1, "/tmp/variants"), (2, "/work/main")]
 
 
 def test_detection():

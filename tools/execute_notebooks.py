@@ -26,7 +26,7 @@ from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from quantgemm_kernels._nbcheck import cells_without_figures  # noqa: E402
+from quantgemm_kernels._nbcheck import LOCAL, cells_without_figures  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "tools"))
 import sync_notebooks  # noqa: E402
@@ -34,7 +34,6 @@ import sync_notebooks  # noqa: E402
 # The kernel process inherits os.environ: whatever MPLBACKEND this shell has, figures go inline.
 INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
 SITE = re.compile(r"/[^\s'\"]*/(site-packages|dist-packages)/")
-LOCAL = re.compile(r"/(work|root|home|tmp|opt)/[A-Za-z0-9_.-]+")
 
 
 # ggml's CUDA backend logs one line per graph it captures; a timing cell captures dozens.
