@@ -15,6 +15,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from cpu_cross import FLAGS  # /proc/cpuinfo's flags (Features on ARM)
 import torch
 
 import quantgemm_kernels as qk
@@ -28,14 +29,6 @@ CPU_KERNELS = [k.name for k in qk.KERNELS.values() if k.device == "cpu"]
 FASTEST = [pick_kernel("cpu", f, 1).name for f in ("q4_0", "q8_0", "q4_1")]
 #: chapter 4's last step, with the weights kept in cache
 STATIONARY = [k.name for k in qk.KERNELS.values() if k.name.endswith("_q8_1_stationary")]
-
-
-def _cpu_flags() -> set:
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return set()
-    return next((set(x.split(":", 1)[1].split()) for x in lines if x.startswith(("flags", "Features"))), set())
 
 
 @pytest.fixture
@@ -65,7 +58,7 @@ def test_set_num_threads_decides_the_threads(threads):
 @pytest.mark.skipif(os.environ.get("QUANTGEMM_CPU_ARCH", "native") != "native", reason="QUANTGEMM_CPU_ARCH is set")
 def test_native_build_takes_the_best_simd_path():
     """-march=native gives chapter 4's SIMD step the best instructions this CPU has."""
-    flags = _cpu_flags()
+    flags = FLAGS
     if {"avx512_vnni", "avx512vl"} <= flags:
         want = "avx512-vnni"
     elif "avx_vnni" in flags:
@@ -120,7 +113,7 @@ VARIANT_CHECK = textwrap.dedent("""
 """)
 
 
-@pytest.mark.skipif(not {"avx2", "fma", "f16c"} <= _cpu_flags(), reason="the AVX2 variant needs an x86 CPU with AVX2")
+@pytest.mark.skipif(not {"avx2", "fma", "f16c"} <= FLAGS, reason="the AVX2 variant needs an x86 CPU with AVX2")
 def test_avx2_build_without_openmp(tmp_path):
     """The AVX2-only build (``QUANTGEMM_CPU_ARCH=x86-64-v3``) with the std::thread fallback
     (``QUANTGEMM_OPENMP=0``), built into its own cache: its fastest Q4_0, Q8_0 and Q4_1 kernels against

@@ -294,3 +294,16 @@ void gemm_k_simd(const GemmProblem& p, int m_begin, int m_end) {
 void cpu_q4_k_q8_k_simd(const GemmProblem& p, int m_begin, int m_end) { gemm_k_simd<w_q4_k>(p, m_begin, m_end); }
 
 void cpu_q6_k_q8_k_simd(const GemmProblem& p, int m_begin, int m_end) { gemm_k_simd<w_q6_k>(p, m_begin, m_end); }
+
+// Which of the paths above this build compiled (tests/test_cpu_cross_k_quants.py checks it).
+const char* simd_path_08_k_quants() {
+#if QG_X86_SIMD
+    return "avx2";
+#elif QG_ARM_NEON && defined(__ARM_FEATURE_DOTPROD)
+    return "neon-dotprod";
+#elif QG_ARM_NEON
+    return "neon";
+#else
+    return "portable";
+#endif
+}
