@@ -436,7 +436,12 @@ def _build_tag(ex: KernelExercise, body: str, flags: dict) -> str:
 
     h = hashlib.sha256()
     scaffold = _scaffold(ex)
-    for part in (scaffold, body, repr(sorted(flags.items())), torch.__version__, f"{sys.version_info[:2]}"):
+    # The scaffold's path is part of the key: the assembled source names it (#line), and so does a
+    # failed build's stored compiler output, which is read back by replacing this checkout's paths.
+    # Two checkouts sharing one cache (a CI clone beside an installed copy) would otherwise read each
+    # other's messages with the other's paths left in them.
+    parts = (scaffold, body, repr(sorted(flags.items())), torch.__version__, f"{sys.version_info[:2]}")
+    for part in (*parts, EXERCISES_DIR.as_posix()):
         h.update(part.encode())
         h.update(b"\0")
     for f in _headers(scaffold, EXERCISES_DIR):

@@ -149,6 +149,23 @@ def test_unclosed_brace_is_explained():
     assert not v.ok and "unclosed brace" in v.message, v.message
 
 
+def test_a_second_checkout_sharing_the_cache_reads_its_own_paths(tmp_path, monkeypatch):
+    """CI's failure: a checkout elsewhere compiled the same body first, into the same cache, and its
+    stored compiler output named its own scaffold path, which this checkout's reading did not know.
+    The build tag includes the scaffold's folder, so each checkout compiles and reads its own."""
+    body = "    float s = 0.0f;\n    for (int j = 0; j < 16; j++) {\n    return s;\n"
+    shutil.copytree(E.CSRC, tmp_path / "elsewhere" / "csrc")
+    other = tmp_path / "elsewhere" / "csrc" / "exercises"
+    monkeypatch.setenv("QUANTGEMM_CACHE", str(tmp_path / "cache"))
+    with monkeypatch.context() as m:
+        m.setattr(E, "EXERCISES_DIR", other)
+        m.setattr(E, "CSRC", other.parent)
+        first = E.diagnose("ch3_nibbles", body)
+    assert "unclosed brace" in first.message, first.message
+    here = E.diagnose("ch3_nibbles", body)
+    assert "unclosed brace" in here.message and other.as_posix() not in here.message, here.message
+
+
 def test_nvcc_messages_are_read_too(tmp_path):
     """nvcc writes file(line): error; the body's file becomes "your code" there as well."""
     body_file = (tmp_path / "your_code.txt").as_posix()
