@@ -17,6 +17,26 @@
 // wgmma reads both operands from shared memory, asynchronously, and TMA copies need no thread
 // (6_wgmma.cu).
 //
+// Tuning log (Q4_0, N = 512, K = 14336; "quick": one benchmark run, not a bench_results/ record):
+//  * Shared memory serves 128 B per clock, in passes: a conflict-free 32-lane load of 4 B is 1
+//    pass (even when 8 lanes share an address), of 8 B 2, of 16 B 4, an ldmatrix.x4 4. Per block
+//    and warp this step makes 40, as many as the first: unpacked weights add 8, copying only d_a
+//    and computing c = -12582912 d_a with one FMUL (exact) takes them back; loading the (d, c)
+//    pairs would have cost 48.
+//  * SASS (cuobjdump -sass): a K step of 8 blocks is about 1520 instructions per warp, 11.9 per mma
+//    with the copies; the first step spent 14.1 per mma in its inner loop alone, plus its copy
+//    loop and its weight stores.
+//  * Nsight Compute, H100: 21.4 million shared-memory wavefronts against the first step's 26.0
+//    million (its staging's bank conflicts are gone), 271 us against 298 us at the profiler's
+//    locked clock; the benchmark, at the GPU's own clock, 0.244 ms against 0.269 ms.
+//  * 5_mma_packed.cu (weights kept packed: 32 passes instead of 40, the 2 logic operations per word
+//    back in the loop), H200: 0.271 ms against 0.246 for this step and 0.272 for the first:
+//    instructions, not passes, are what this kernel runs short of.
+//  * Lost (H100, quick): 16 warps of 32 x 32 outputs (4 per scheduler, 128 registers each) hide
+//    latency better but reuse each fragment half as often, 40% more passes per mma: 0.270 ms.
+//    Unpacking in the middle of a K step, behind the other warps' FMAs, with the copies at blocks
+//    0, 1 and 2: 0.253 ms.
+//
 // W8A8 (cuda_q8_0_q8_1_mma, below): the same kernel with WF = w_q8_0: 8 blocks are 272 B = 17 x 16
 // B, the quants need no unpacking and there is no compensation.
 // Grid: mma_tile.cuh's.

@@ -10,6 +10,8 @@
 // What it still lacks: the logic is back in the inner loop, in each of the 4 warps that share a row,
 // and the weight fragments are 32-bit loads instead of ldmatrix. Chapter 6 measures the two
 // layouts against each other; the ladder goes on from 4_mma.cu. Q4_0 only.
+// Measured against 4_mma.cu (H200, Q4_0, N = 512, K = 14336): 0.271 ms against 0.246 (4_mma.cu's
+// tuning log).
 // Grid: mma_tile.cuh's.
 #include "mma_tile.cuh"
 

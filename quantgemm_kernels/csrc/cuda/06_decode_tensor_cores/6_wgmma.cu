@@ -42,6 +42,19 @@
 // fence and meet at __syncthreads, where the wgmma pipeline drains and fills again; specialized
 // warpgroups remove that barrier (7_wgmma_ws.cu).
 //
+// Tuning log (H100 unless noted, Q4_0, N = 512, K = 14336; quick benchmark runs, not records):
+//  * The second step spends 64% of its instructions on the two scaling FMAs per result and block,
+//    a floor that no feeding of the tensor cores removes; this step removes the rest, and the waits.
+//  * A first wgmma kernel with the second step's staging (per-thread cp.async) took 0.300 ms, slower
+//    than the second step (0.243). Nsight Compute showed why: a cp.async reads its address registers
+//    late, and the wgmma fence and the FMAs that reused those registers waited for it.
+//  * The copies left the threads one change at a time: bulk copies, one per weight row, 0.252 ms (a
+//    bulk copy takes uniform operands, so the 128 rows went out one at a time); one tensor-map box,
+//    0.220; two accumulator sets, 0.2185.
+//  * Nsight Compute then put 26% of the stall samples on waits for the tensor cores, with two warps
+//    per scheduler to hide them: the lockstep at the end of each K step (7_wgmma_ws.cu).
+//  * H200: the activation quantizer's rewrite (wgmma.cuh) took a call from 0.2245 to 0.1879 ms.
+//
 // Shared memory: two stages (wgmma.cuh's Stage), 128 x 32 bytes of -128 (the offset's wgmma), the
 // raw weight box of a K step and an mbarrier.
 // W8A8 (cuda_q8_0_q8_1_wgmma, below): the same kernel with WF = w_q8_0: the quants need no
@@ -83,6 +96,7 @@ __global__ void __launch_bounds__(THREADS, 1)
 
     const int wr = tid % BM, wp = tid / BM;                                  // thread tid unpacks part wp of row wr
     const typename WF::block* wrow = W + (int64_t)min(m0 + wr, M - 1) * nb;  // rows past M repeat the last
+    // [excerpt: load_step]
     auto load_step = [&](int s) {  // issued by every thread, counted on one barrier phase per step
         Stage& st = stages[s & 1];
         if (tid == 0) {  // the weights: one box of BM rows x a K step (16-bit elements), rows past M zeros
@@ -91,6 +105,7 @@ __global__ void __launch_bounds__(THREADS, 1)
             if (aligned) tma_copy_2d(&raw[0][0], &wmap, s * RAW_ROW / 2, m0, bar);
         }
     };
+    // [end excerpt: load_step]
     auto unpack_step =
         [&](int s) {  // after the step's copies landed; then fence: the tensor cores read what st.shared wrote
             Stage& st = stages[s & 1];
@@ -118,6 +133,7 @@ __global__ void __launch_bounds__(THREADS, 1)
 
     auto scale = [&](const Stage& cur, int b, int (&d)[64]) { scale_block(acc, cur, b, d, t, tok); };
 
+    // [excerpt: k_loop]
     for (int s = 0; s < steps; s++) {
         const Stage& cur = stages[s & 1];
         const bool next = s + 1 < steps;
@@ -143,6 +159,7 @@ __global__ void __launch_bounds__(THREADS, 1)
         }
         __syncthreads();  // every warpgroup is done with cur (wait<0>), the next stage is complete
     }
+    // [end excerpt: k_loop]
 
     store_acc(C, acc, blockIdx.y * BN, m0, tok, t, N, M);
 #endif

@@ -31,6 +31,28 @@
 // steps as stored: 193 KB for Q4_0, 225 KB for Q8_0: no room for a third stage.
 // The arithmetic, and so every output bit, is the third step's (a test checks it against the mma step).
 //
+// Tuning log (H200, quick benchmark runs, Q4_0, N = 512, K = 14336, ms; the third step took
+// 0.225-0.226 in the same runs, which came before the quantizer's rewrite in wgmma.cuh):
+//    the third step (lockstep, copies on the TMA engine)                          0.225
+//    a producer warpgroup, one accumulator set                                    0.217-0.220
+//    two sets, a block scaled in two halves of its rows                           0.218
+//    the same, every consumer thread arriving on empty (racecheck-clean: kept)    0.224
+//    two sets without the halves: ptxas spills in the loop (232 registers)        0.254
+//    a block as two m64n64 halves, pipelined in the registers of one set          0.232-0.235
+//    the scales loaded before the wait for the wgmma                              0.222
+//  * The pipeline cannot run across K steps: with a wgmma in flight over the loop's back edge while
+//    other instructions read another one's results, ptxas makes every wgmma synchronous (warning
+//    C7514, a WARPGROUP.DEPBAR after each), so the consumers still drain once per step of 8 blocks.
+//  * Waits for the tensor cores: 26% of the stall samples in the third step (H100), 4.5% here
+//    (H200). What remains is the scaling: its shared-memory loads right after the wait 25%, issue
+//    20%, dispatch 13%, with 54% of the issue slots busy.
+//  * After the quantizer's rewrite: 0.224 -> 0.1867; launched with PDL 0.1861 (K = 4096: 0.0571 ->
+//    0.0564). Nsight Compute then: the L1/shared-memory pipe 83% busy, issue slots 51%, a shared
+//    load 4.8 wavefronts on average: the scales' 16-byte loads (36 floats per thread and block).
+//  * Lost: one arrival on empty per consumer warpgroup, after a named barrier of its 128 threads,
+//    instead of 256 arrivals: 2% slower (0.1899 against 0.1867), and racecheck still reported
+//    hazards.
+//
 // W8A8 (cuda_q8_0_q8_1_wgmma_ws, below): the same kernel with WF = w_q8_0: its producer copies the
 // int8 quants into the core-matrix layout instead of unpacking nibbles.
 // Grid: 6_wgmma.cu's, 384 threads (2 consumer warpgroups, 1 producer). The kernel itself is in

@@ -133,6 +133,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     unpack_step(tiles[0], 0);
     __syncthreads();
 
+    // [excerpt: k_loop]
     for (int s = 0; s < steps; s++) {
         const Tile<WF, WL>& cur = tiles[s & 1];
         Tile<WF, WL>& nxt = tiles[(s + 1) & 1];
@@ -188,6 +189,7 @@ __global__ void __launch_bounds__(THREADS, 1)
         }
         __syncthreads();
     }
+    // [end excerpt: k_loop]
 
     mma_store_tiles(C, acc, m0 + wm, n0 + wn, g, t, M, N);
 }

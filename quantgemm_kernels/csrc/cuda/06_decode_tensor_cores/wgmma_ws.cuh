@@ -95,6 +95,7 @@ __global__ void __launch_bounds__(THREADS, 1)
             tma_copy_2d(&sm.raw[i][0][0], &wmap, s * Smem<WF>::RAW_ROW / 2, m0, &sm.raw_in[i]);
         };
         if (r == 0 && aligned) copy_raw(s_begin);
+        // [excerpt: producer_loop]
         for (int s = s_begin; s < s_end; s++) {
             const int i = (s - s_begin) % STAGES, round = (s - s_begin) / STAGES;
             Stage& st = sm.st[i];
@@ -120,6 +121,7 @@ __global__ void __launch_bounds__(THREADS, 1)
             bar_arrive(&sm.full[i]);
             asm volatile("bar.sync 1, 128;\n" ::: "memory");  // every producer thread is done with raw[i]
         }
+        // [end excerpt: producer_loop]
         return;
     }
 
@@ -152,6 +154,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     // With two sets the pipeline drains at the end of each K step: ptxas keeps wgmmas asynchronous
     // only while no wgmma whose results are read by other instructions is in flight across a loop's
     // back edge (else it serializes them all, warning C7514).
+    // [excerpt: consumer_loop]
     for (int s = s_begin; s < s_end; s++) {
         const int i = (s - s_begin) % STAGES, round = (s - s_begin) / STAGES;
         const Stage& cur = sm.st[i];
@@ -172,6 +175,7 @@ __global__ void __launch_bounds__(THREADS, 1)
         // lanes' reads unordered against the producer's next writes).
         bar_arrive(&sm.empty[i]);
     }
+    // [end excerpt: consumer_loop]
     store_acc(SPLIT ? C + blockIdx.z * split_plane : C, acc, blockIdx.y * BN, m0, tok, t, N, M);
 #endif
 }
