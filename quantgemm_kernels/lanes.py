@@ -323,8 +323,9 @@ def draw_lane_map(kernel: str, warp: int = 0, step: int = 0, axes=None, M: int =
     loads = warp_loads(kernel, warp, step, M, N, K)
     by_op = {op: [ld for ld in loads if ld.operand == op] for op in ("W", "A")}
     if axes is None:
-        n_rows = [max(2, len(np.unique(np.concatenate([ld.row[ld.active] for ld in v])))) if v else 1 for v in by_op.values()]
-        _, axes = plt.subplots(2, 1, figsize=(11, 1.0 + 0.16 * sum(n_rows) + 1.2), height_ratios=n_rows)
+        n_rows = [len(np.unique(np.concatenate([ld.row[ld.active] for ld in v]))) if v else 1 for v in by_op.values()]
+        heights = [1.3 + 0.13 * r for r in n_rows]
+        _, axes = plt.subplots(2, 1, figsize=(11, 0.6 + sum(heights)), height_ratios=heights, layout="constrained")
     cmap = plt.get_cmap("hsv")
     for ax, (op, lds) in zip(axes, by_op.items()):
         if not lds:
@@ -365,7 +366,8 @@ def draw_lane_map(kernel: str, warp: int = 0, step: int = 0, axes=None, M: int =
         )
         ax.invert_yaxis()
         ax.set_title(
-            f"{op}: {len(lds)} load instructions in this step; the first ({first.what}, {first.width} B a lane) "
+            f"{op}: {len(lds)} load instruction{'s' if len(lds) > 1 else ''} in this step; the first "
+            f"({first.what}, {first.width} B a lane) "
             f"touches {first.sectors()} sectors, at least {first.min_sectors()} needed",
             fontsize=8,
         )
