@@ -71,7 +71,11 @@ def test_tiled_ctas_warps_stage_the_whole_weight_tile(kernel):
         for ld in lanes.warp_loads(kernel, w, 3, M, N, K):
             if ld.operand == "W":
                 got.update(
-                    {(int(r), int(o) + i) for r, o in zip(ld.row[ld.active], ld.offset[ld.active]) for i in range(ld.width)}
+                    {
+                        (int(r), int(o) + i)
+                        for r, o in zip(ld.row[ld.active], ld.offset[ld.active])
+                        for i in range(ld.width)
+                    }
                 )
     assert set(got.values()) == {1} and {r for r, _ in got} == set(range(32))
 
@@ -254,3 +258,14 @@ ptxas info    : Used 4 registers
         "smem_bytes": 8448,
     }
     assert (b["registers"], b["smem_bytes"], b["barriers"]) == (4, 0, 0)
+
+
+@pytest.mark.parametrize("wfmt", ["q4_0", "q8_0"])
+def test_tiled_dp4a_stages_with_the_tiled_steps_loads(wfmt):
+    """Chapter 4 says so: 4_tiled_dp4a.cu copies its tiles from global memory as 2_tiled.cu does."""
+    for warp, step in ((0, 0), (5, 9)):
+        a = lanes.warp_loads(f"cuda_{wfmt}_q8_1_tiled", warp, step)
+        b = lanes.warp_loads(f"cuda_{wfmt}_q8_1_tiled_dp4a", warp, step)
+        assert [(x.operand, x.width, x.row.tolist(), x.offset.tolist()) for x in a] == [
+            (x.operand, x.width, x.row.tolist(), x.offset.tolist()) for x in b
+        ]
