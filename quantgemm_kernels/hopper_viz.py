@@ -178,7 +178,8 @@ def draw_core_matrix_layout(rows: int = 32, axes=None):
         for h in range(2):
             off = int(operand_offset(8 * g, 16 * h))
             ax.text(16 * h + 7.5, 8 * g + 3.5, f"+{off}", ha="center", va="center", fontsize=8)
-    ax.set_xticks([0, 15, 16, 31])
+    ax.set_xticks([7.5, 23.5])
+    ax.set_xticklabels(["k 0-15", "k 16-31"])
     ax.set_yticks(range(0, rows, CORE_ROWS))
     ax.set_xlabel("k (byte of the row)")
     ax.set_ylabel("row (token or weight row)")
@@ -190,35 +191,23 @@ def draw_core_matrix_layout(rows: int = 32, axes=None):
     ax = axes[1]
     ax.imshow(lines, cmap=cmap, aspect="auto", interpolation="nearest", vmin=-0.5, vmax=n_core - 0.5)
     for x in range(CORE_ROW_BYTES, CORE, CORE_ROW_BYTES):
-        ax.axvline(x - 0.5, color="white", lw=0.6)
+        ax.axvline(x - 0.5, color="white", lw=0.8)
     for i, c in enumerate(lines[:, 0]):
         g, h = divmod(int(c), 2)
-        ax.text(-2, i, f"rows {8 * g}-{8 * g + 7}, k {16 * h}-{16 * h + 15}", ha="right", va="center", fontsize=7.5)
-    for r in range(CORE_ROWS):
-        ax.text(r * 16 + 7.5, -0.75, f"row {r}", ha="center", va="bottom", fontsize=6.5, color="dimgray")
-    ax.annotate(
-        "",
-        xy=(CORE + 3, 1),
-        xytext=(CORE + 3, 0),
-        arrowprops={"arrowstyle": "->", "color": "black"},
-        annotation_clip=False,
-    )
-    ax.text(CORE + 5, 0.5, f"LBO = {LBO} B:\nthe next k half", va="center", fontsize=8)
-    ax.annotate(
-        "",
-        xy=(CORE + 3, 2),
-        xytext=(CORE + 3, 0),
-        arrowprops={"arrowstyle": "->", "color": "firebrick", "connectionstyle": "arc3,rad=-0.5"},
-        annotation_clip=False,
-    )
-    ax.text(CORE + 14, 2, f"SBO = {SBO} B:\nthe next 8 rows", va="center", fontsize=8, color="firebrick")
-    ax.set_yticks(range(len(lines)))
-    ax.set_yticklabels([f"{CORE * i}" for i in range(len(lines))], fontsize=7)
-    ax.yaxis.tick_right()
-    ax.set_xticks(range(0, CORE + 1, 16))
+        label = f"byte {CORE * i}: rows {8 * g}-{8 * g + 7}, k {16 * h}-{16 * h + 15}"
+        ax.text(-2, i, label, ha="right", va="center", fontsize=7.5)
+    arrow = {"arrowstyle": "->", "color": "black", "lw": 1.2}
+    ax.annotate("", xy=(CORE + 1, 1), xytext=(CORE + 1, 0), arrowprops=arrow, annotation_clip=False)
+    ax.text(CORE + 3, 0.5, f"LBO = {LBO} B:\nthe next k half", va="center", fontsize=8)
+    arrow = dict(arrow, color="firebrick", connectionstyle="arc3,rad=-0.6")
+    ax.annotate("", xy=(CORE + 1, 2), xytext=(CORE + 1, 0), arrowprops=arrow, annotation_clip=False)
+    ax.text(CORE + 12, 2, f"SBO = {SBO} B:\nthe next 8 rows", va="center", fontsize=8, color="firebrick")
+    ax.set_yticks([])
+    ax.set_xticks([16 * r + 7.5 for r in range(CORE_ROWS)])
+    ax.set_xticklabels([f"row {r}" for r in range(CORE_ROWS)], fontsize=7.5)
     ax.set_xlim(-0.5, CORE - 0.5)
-    ax.set_xlabel("byte within the 128-byte line (16 bytes = one row of a core matrix)")
-    ax.set_title(f"the same bytes in shared memory, one core matrix per line (first {rows * QK} bytes)", fontsize=9)
+    ax.set_xlabel("one 128-byte line: a core matrix, its 8 rows of 16 bytes in order")
+    ax.set_title(f"the same {rows * QK} bytes in shared-memory order, one core matrix per line", fontsize=9)
     return axes
 
 
@@ -274,7 +263,7 @@ def draw_ldmatrix_x4(ax=None):
     ax.set_xticks(range(8))
     ax.set_xticklabels([f"k {4 * w}-{4 * w + 3}" for w in range(8)], fontsize=7)
     ax.set_yticks([])
-    ax.set_ylabel("weight row of the mma's 16", labelpad=38)
+    ax.set_ylabel("weight row of the mma's 16", labelpad=44)
     ax.set_title(
         "one ldmatrix.x4: margins, the lane that gives each row's address (left: k 0-15, right: k 16-31);\n"
         "cells, the lane that receives each 4-byte word; colour, the register (a0 to a3) it lands in",
@@ -322,7 +311,10 @@ class MBarrier:
     def arrive(self, t: float, expect_tx: int = 0) -> None:
         """``mbarrier.arrive`` (or ``arrive.expect_tx`` with ``expect_tx`` bytes to come)."""
         if self.pending == 0:
-            raise ModelError(f"{self.name}: more than {self.count} arrivals in one phase")
+            raise ModelError(
+                f"{self.name}: an arrival while its phase {self.completed} still waits for bytes, "
+                f"beyond its count of {self.count}"
+            )
         self.tx += expect_tx
         self.pending -= 1
         self._complete(t)
@@ -596,39 +588,43 @@ def simulate_ws(
 
 
 def draw_pipeline_timeline(trace: Trace, axes=None):
-    """Draw a :func:`simulate_ws` trace (chapter 6): top, what the TMA engine, the producer and the
-    consumers do over time (each box: K step ``s`` in stage ``i``); below, the parity bit of every
-    stage's ``full`` and ``empty`` barrier, a tick where a wait began and a dot where it passed,
-    labelled with the parity it waited for."""
+    """Draw a :func:`simulate_ws` trace (chapter 6). Top: what the TMA engine (weights, activations),
+    the producer and the consumers do over time, each box K step ``s`` in stage ``i``. Below: the
+    parity bit of every stage's ``full`` and ``empty`` barrier over time, and under each the waits
+    on it (a bar from where a wait began to where it passed, labelled with the parity it waited for;
+    producer blue, consumers red)."""
     import matplotlib.pyplot as plt
 
     stages = trace.stages
     if axes is None:
-        _, axes = plt.subplots(
-            2, 1, figsize=(11, 2.2 + 0.9 * stages + 0.45 * stages * 2), sharex=True,
-            gridspec_kw={"height_ratios": [1.3, 0.55 * 2 * stages]},
-        )  # fmt: skip
+        _, axes = plt.subplots(2, 1, figsize=(11, 7), sharex=True, gridspec_kw={"height_ratios": [1.1, 2]})
     colors = plt.get_cmap("tab10")
-    lanes = ["TMA"] + sorted({w[0] for w in trace.work if w[0] != "TMA"}, key=lambda n: (n.split()[0] != "producer", n))
+    workers = sorted({w[0] for w in trace.work if w[0] != "TMA"}, key=lambda n: (n.split()[0] != "producer", n))
+    lanes = ["TMA: weights", "TMA: activations"] + workers
     ax = axes[0]
     for thread, what, s, i, t0, t1 in trace.work:
-        y = lanes.index(thread)
-        ax.barh(y, t1 - t0, left=t0, height=0.7, color=colors(s % 10), alpha=0.45 if what != "unpack" else 0.8)
-        ax.barh(y, t1 - t0, left=t0, height=0.7, fill=False, edgecolor="black", lw=0.5)
-        label = {"raw copy": "W", "act copy": "A"}.get(what, "")
-        ax.text((t0 + t1) / 2, y, f"{label}s{s}/{i}", ha="center", va="center", fontsize=7)
+        lane = {"raw copy": "TMA: weights", "act copy": "TMA: activations"}.get(what, thread)
+        y, h = lanes.index(lane), 0.7
+        if lane.startswith("TMA"):  # copies of different stages may overlap in time: a sub-row per stage
+            h = 0.7 / stages
+            y += (i - (stages - 1) / 2) * h
+        ax.barh(y, t1 - t0, left=t0, height=h, color=colors(s % 10), alpha=0.8 if what == "unpack" else 0.45)
+        ax.barh(y, t1 - t0, left=t0, height=h, fill=False, edgecolor="black", lw=0.5)
+        ax.text((t0 + t1) / 2, y, f"s{s}/{i}", ha="center", va="center", fontsize=7)
+    names = {"producer": "producer warpgroup", "consumer": "consumer warpgroup"}
     ax.set_yticks(range(len(lanes)))
-    ax.set_yticklabels([n.replace("producer", "producer wg").replace("consumer", "consumer wg") for n in lanes])
-    ax.invert_yaxis()
-    ax.set_title(
-        f"{trace.steps} K steps through {stages} stages (box: s<step>/<stage>; W, A: TMA copies of the raw "
-        "weights and the activations; model times, not measured)",
-        fontsize=9,
-    )
+    ax.set_yticklabels(
+        [names[n.split()[0]] + ("" if n.startswith("producer") else f" {n.split()[1]}") if " " in n and
+         not n.startswith("TMA") else n for n in lanes], fontsize=8,
+    )  # fmt: skip
+    ax.set_ylim(len(lanes) - 0.5, -0.5)
+    ax.set_title(f"{trace.steps} K steps through {stages} stages; a box is s<step>/<stage>", fontsize=9)
     ax = axes[1]
-    names = [f"full[{i}]" for i in range(stages)] + [f"empty[{i}]" for i in range(stages)]
+    bars = [f"full[{i}]" for i in range(stages)] + [f"empty[{i}]" for i in range(stages)]
     end = trace.end
-    for y, name in enumerate(names):
+    rows = len(bars)
+    for y, name in enumerate(bars):
+        base = (rows - 1 - y) * 1.6  # the first barrier on top
         bar = trace.barriers[name]
         ts, ps = [0.0], [0]
         for t, completed in bar.history:
@@ -636,20 +632,19 @@ def draw_pipeline_timeline(trace: Trace, axes=None):
             ps.append(completed & 1)
         ts.append(end)
         ps.append(ps[-1])
-        ax.step(ts, [y * 1.5 + 0.8 * p for p in ps], where="post", color="black", lw=1.2)
+        ax.step(ts, [base + 0.55 + 0.6 * p for p in ps], where="post", color="black", lw=1.2)
         for t, completed in bar.history:
-            ax.text(t, y * 1.5 + 0.95, f"phase {completed - 1} done", fontsize=6, color="dimgray", rotation=0)
+            ax.text(t + 0.05, base + 1.2, f"phase {completed - 1} done", fontsize=6, color="dimgray")
         for thread, bname, parity, since, passed in trace.waits:
             if bname != name or thread not in ("producer 0", "consumer 0"):
-                continue  # the other threads' waits on the same barrier end at the same moment
+                continue  # the other threads' waits on the same barrier pass at the same moment
             c = "tab:blue" if thread.startswith("producer") else "tab:red"
-            ax.plot([since, passed], [y * 1.5 - 0.25] * 2, color=c, lw=1)
-            ax.plot([since], [y * 1.5 - 0.25], marker="|", color=c, ms=6)
-            ax.plot([passed], [y * 1.5 - 0.25], marker="o", color=c, ms=3)
-            ax.text(passed, y * 1.5 - 0.55, f"p={parity}", fontsize=6, color=c, ha="center")
-    ax.set_yticks([y * 1.5 + 0.4 for y in range(len(names))])
-    ax.set_yticklabels([f"{n} parity" for n in names], fontsize=8)
-    ax.set_ylim(-0.9, 1.5 * len(names))
-    ax.invert_yaxis()
-    ax.set_xlabel("time (model units); blue: producer waits, red: consumer waits, | began, o passed")
+            ax.plot([since, passed], [base + 0.2] * 2, color=c, lw=2.5, solid_capstyle="butt")
+            ax.plot([passed], [base + 0.2], marker="o", color=c, ms=3)
+            ax.text(passed + 0.05, base + 0.05, f"wait p={parity}", fontsize=6, color=c, va="top")
+    ax.set_yticks([(rows - 1 - y) * 1.6 + 0.85 for y in range(rows)])
+    ax.set_yticklabels([f"{n}: parity 0 / 1" for n in bars], fontsize=8)
+    ax.set_ylim(-0.5, rows * 1.6)
+    ax.set_xlim(0, end * 1.02)
+    ax.set_xlabel("time (model units); under each barrier its waits: blue the producer's, red the consumers'")
     return axes
