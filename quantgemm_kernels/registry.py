@@ -189,6 +189,15 @@ _CPU = [
         "int8 SIMD dot products, the min summed beside them",
         file="04_w4a8/3_simd.cpp",
     ),
+    Kernel(
+        "cpu_q4_1_q8_1_stationary",
+        "cpu",
+        "q4_1",
+        "q8_1",
+        7,
+        "weights stay in cache, the rows' mins in one vector",
+        file="04_w4a8/4_stationary.cpp",
+    ),
     # chapter 8: K-quant weights (super-blocks of 256) times Q8_K activations, ggml's CPU pairing
     Kernel(
         "cpu_q4_k_q8_k_naive",

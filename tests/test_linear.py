@@ -132,7 +132,7 @@ def test_pick_kernel_on_the_cpu():
     assert qk.pick_kernel("cpu", "q4_0", 1).name == "cpu_q4_0_q8_1_stationary"
     assert qk.pick_kernel("cpu", "q8_0", 1).name == "cpu_q8_0_q8_1_stationary"
     assert qk.pick_kernel("cpu", "q8_0", 512).name == "cpu_q8_0_q8_1_stationary"
-    assert qk.pick_kernel("cpu", "q4_1", 8).name == "cpu_q4_1_q8_1_simd"
+    assert qk.pick_kernel("cpu", "q4_1", 8).name == "cpu_q4_1_q8_1_stationary"
     assert qk.pick_kernel("cpu", "f32", 7).name == "cpu_f32_f32_blocked"
     assert qk.pick_kernel("cpu", "q4_k", 1).wfmt == "q4_k" and qk.pick_kernel("cpu", "q6_k", 9).afmt == "q8_k"
     with pytest.raises(ValueError, match="no cpu kernel reads q8_k"):

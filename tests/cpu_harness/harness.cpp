@@ -12,7 +12,8 @@
     X(cpu_q4_0_q8_1_stationary, block_q4_0)                                                                     \
     X(cpu_q8_0_q8_1_naive, block_q8_0) X(cpu_q8_0_q8_1_blocked, block_q8_0) X(cpu_q8_0_q8_1_simd, block_q8_0) \
     X(cpu_q8_0_q8_1_stationary, block_q8_0)                                                                     \
-    X(cpu_q4_1_q8_1_naive, block_q4_1) X(cpu_q4_1_q8_1_blocked, block_q4_1) X(cpu_q4_1_q8_1_simd, block_q4_1)
+    X(cpu_q4_1_q8_1_naive, block_q4_1) X(cpu_q4_1_q8_1_blocked, block_q4_1) X(cpu_q4_1_q8_1_simd, block_q4_1)  \
+    X(cpu_q4_1_q8_1_stationary, block_q4_1)
 // clang-format on
 
 #define DECLARE(name, block) void name(const GemmProblem& p, int m_begin, int m_end);

@@ -29,11 +29,18 @@
 //    the layout llama.cpp's repacked Q4_0 (block_q4_0x8) has in memory, built per weight block and
 //    shared by 8 tokens.
 //
-// Each output is  c = fma(sumi_b, d_w d_a, c) over the blocks b in order, then - 8 * comp for Q4_0:
+// Q4_1 (chapter 7's model) takes Q4_0's path with its min instead of the offset: comp sums
+// m_w * s_a per block (the rows' mins converted together like their scales) and is added at the
+// end, where Q4_0 subtracts 8 * comp.
+//
+// Each output is  c = fma(sumi_b, d_w d_a, c) over the blocks b in order, then - 8 * comp for Q4_0
+// (+ comp for Q4_1):
 // the same float operations on every instruction set, so AVX-512, AVX2, NEON and the portable
 // loop give the same bits (tests/test_cpu_cross.py checks it). Register tiles: with VNNI 8 weight
 // rows x 8 tokens; otherwise 4 rows x TN tokens, TN = 8 where the ISA has 32 vector registers
 // (NEON's), 4 with AVX2's 16; the remainders take tiles of fewer rows or tokens.
+#include <type_traits>
+
 #include "w_q8_1.h"
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
@@ -59,6 +66,24 @@ inline uint64_t packed_d(const B* const* w) {  // w: TM block pointers
     uint64_t h = 0;
     for (int j = 0; j < TM; j++) h |= (uint64_t)w[j]->d << (16 * j);
     return h;
+}
+// Q4_1's fp16 mins, packed the same way.
+template <class B, int TM>
+inline uint64_t packed_m(const B* const* w) {
+    uint64_t h = 0;
+    for (int j = 0; j < TM; j++) h |= (uint64_t)w[j]->m << (16 * j);
+    return h;
+}
+
+// What the tile adds beside the integer dot products: Q4_0's offset (c - 8 * sum d_w s_a) or
+// Q4_1's min (c + sum m_w s_a); Q8_0 has neither.
+template <class WF>
+constexpr bool has_comp = WF::offset != 0 || WF::has_min;
+template <class WF>
+inline float finish(float c, float comp) {
+    if constexpr (WF::has_min) return c + comp;
+    if constexpr (WF::offset != 0) return c - (float)WF::offset * comp;
+    return c;
 }
 
 // A Q8_1 block's d and s, side by side at its start, as the low 32 bits of a word for f16x4.
@@ -122,6 +147,13 @@ struct simd_w<w_q4_0> {  // nibbles: the unsigned operand as stored
 #else
         return _mm256_madd_epi16(_mm256_maddubs_epi16(w.q, a), _mm256_set1_epi16(1));
 #endif
+    }
+};
+template <>
+struct simd_w<w_q4_1> : simd_w<w_q4_0> {  // Q4_1's nibbles: Q4_0's layout, unsigned
+    static inline W load(const block_q4_1& b) {
+        const __m128i x = _mm_loadu_si128((const __m128i*)b.qs);
+        return {_mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), _mm256_set1_epi8(0x0F))};
     }
 };
 template <>
@@ -193,13 +225,16 @@ struct simd_w<w_q4_0> {
     struct W {
         qvec q;
     };
-    static inline W load(const block_q4_0& b) {
+    template <class B>  // Q4_0's blocks and Q4_1's: the same nibble layout
+    static inline W load(const B& b) {
         const uint8x16_t x = vld1q_u8(b.qs);
         return {{{vreinterpretq_s8_u8(vandq_u8(x, vdupq_n_u8(0x0F))), vreinterpretq_s8_u8(vshrq_n_u8(x, 4))}}};
     }
     static inline qvec prep_a(qvec a) { return a; }
     static inline ivec dot(const W& w, qvec a) { return dot_s8s8(w.q, a); }
 };
+template <>
+struct simd_w<w_q4_1> : simd_w<w_q4_0> {};
 template <>
 struct simd_w<w_q8_0> {
     struct W {
@@ -269,7 +304,7 @@ struct simd_w {
 template <class WF, int TM, int TN_>
 inline void tile(const block_q8_1* A, const typename WF::block* W, float* C, int nb, int M, int n0, int m0) {
     using B = typename WF::block;
-    svec acc[TN_], comp[TN_];  // per token: the rows' sums, and sum_b d_w * s_a (Q4_0's compensation)
+    svec acc[TN_], comp[TN_];  // per token: the rows' sums, and sum_b d_w * s_a (Q4_0) or m_w * s_a (Q4_1)
     for (int i = 0; i < TN_; i++) acc[i] = comp[i] = splat(0.0f);
     const B* wrow[TM];
     const block_q8_1* arow[TN_];
@@ -284,6 +319,8 @@ inline void tile(const block_q8_1* A, const typename WF::block* W, float* C, int
             wq[j] = simd_w<WF>::load(*wb[j]);
         }
         const svec d_w = f16x4(packed_d<B, TM>(wb));  // the rows' scales in one conversion
+        svec c_w = d_w;                               // what multiplies s_a: d_w, or Q4_1's m_w
+        if constexpr (WF::has_min) c_w = f16x4(packed_m<B, TM>(wb));
         for (int i = 0; i < TN_; i++) {
             const block_q8_1& a = arow[i][b];
             const qvec aq = simd_w<WF>::prep_a(load_q8_1(a));
@@ -291,16 +328,12 @@ inline void tile(const block_q8_1* A, const typename WF::block* W, float* C, int
             ivec d[4] = {izero(), izero(), izero(), izero()};  // rows past TM: 0
             for (int j = 0; j < TM; j++) d[j] = simd_w<WF>::dot(wq[j], aq);
             acc[i] = fma_rows(sum_rows(d[0], d[1], d[2], d[3]), mul4(d_w, splat0(ds)), acc[i]);
-            if constexpr (WF::offset != 0) comp[i] = add4(comp[i], mul4(d_w, splat1(ds)));  // d_w * s_a
+            if constexpr (has_comp<WF>) comp[i] = add4(comp[i], mul4(c_w, splat1(ds)));  // (d_w or m_w) * s_a
         }
     }
     // [end excerpt: stationary_loop]
     for (int i = 0; i < TN_; i++) {
-        for (int j = 0; j < TM; j++) {
-            float c = lane(acc[i], j);
-            if constexpr (WF::offset != 0) c -= (float)WF::offset * lane(comp[i], j);
-            C[(int64_t)(n0 + i) * M + m0 + j] = c;
-        }
+        for (int j = 0; j < TM; j++) C[(int64_t)(n0 + i) * M + m0 + j] = finish<WF>(lane(acc[i], j), lane(comp[i], j));
     }
 }
 
@@ -362,38 +395,42 @@ inline int dword(const int8_t* q, int k) {
 template <class WF, int TN_>
 inline void tile8(const block_q8_1* A, const typename WF::block* W, float* C, int nb, int M, int n0, int m0) {
     using B = typename WF::block;
+    constexpr bool signed_w = std::is_signed<typename WF::quant_t>::value;  // Q8_0
     __m256 acc[TN_], comp[TN_];
     for (int i = 0; i < TN_; i++) acc[i] = comp[i] = _mm256_setzero_ps();
     // [excerpt: rows_in_lanes]
     for (int b = 0; b < nb; b++) {
         __m256i wt[8];
-        fp16_bits d[8];
+        fp16_bits d[8], m[8] = {};
         for (int j = 0; j < 8; j++) {
             const B& blk = W[(int64_t)(m0 + j) * nb + b];
             wt[j] = simd_w<WF>::load(blk).q;
             d[j] = blk.d;
+            if constexpr (WF::has_min) m[j] = blk.m;
         }
         transpose8x8(wt);
         const __m256 d_w = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)d));  // the 8 rows' scales
+        __m256 c_w = d_w;  // what multiplies s_a: d_w, or Q4_1's m_w
+        if constexpr (WF::has_min) c_w = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)m));
         __m256i init = _mm256_setzero_si256();
-        if constexpr (WF::offset == 0) {  // Q8_0: a + 128 against signed w, started from -128 * sum w
+        if constexpr (signed_w) {  // Q8_0: a + 128 against signed w, started from -128 * sum w
             for (int k = 0; k < 8; k++) init = QG_VNNI(init, _mm256_set1_epi8(1), wt[k]);
             init = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(init, 7));
         }
         for (int i = 0; i < TN_; i++) {
             const block_q8_1& a = A[(int64_t)(n0 + i) * nb + b];
             __m256i sumi = init;
-            if constexpr (WF::offset == 0) {  // Q8_0: the token, + 128, is the unsigned operand
-                alignas(32) int8_t au[QK];    // broadcast from memory: a load, no ALU work
+            if constexpr (signed_w) {       // Q8_0: the token, + 128, is the unsigned operand
+                alignas(32) int8_t au[QK];  // broadcast from memory: a load, no ALU work
                 _mm256_store_si256((__m256i*)au, simd_w<WF>::prep_a(load_q8_1(a)));
                 for (int k = 0; k < 8; k++) sumi = QG_VNNI(sumi, _mm256_set1_epi32(dword(au, k)), wt[k]);
-            } else {  // Q4_0: the nibbles are
+            } else {  // Q4_0, Q4_1: the nibbles are
                 for (int k = 0; k < 8; k++) sumi = QG_VNNI(sumi, wt[k], _mm256_set1_epi32(dword(a.qs, k)));
             }
             const __m128 ds = f16x4(d_and_s(a));  // d_a, s_a
             acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_mul_ps(d_w, _mm256_broadcastss_ps(ds)), acc[i]);
-            if constexpr (WF::offset != 0)
-                comp[i] = _mm256_add_ps(comp[i], _mm256_mul_ps(d_w, _mm256_broadcastss_ps(_mm_movehdup_ps(ds))));
+            if constexpr (has_comp<WF>)
+                comp[i] = _mm256_add_ps(comp[i], _mm256_mul_ps(c_w, _mm256_broadcastss_ps(_mm_movehdup_ps(ds))));
         }
     }
     // [end excerpt: rows_in_lanes]
@@ -401,11 +438,7 @@ inline void tile8(const block_q8_1* A, const typename WF::block* W, float* C, in
         alignas(32) float c8[8], comp8[8];
         _mm256_store_ps(c8, acc[i]);
         _mm256_store_ps(comp8, comp[i]);
-        for (int j = 0; j < 8; j++) {
-            float c = c8[j];
-            if constexpr (WF::offset != 0) c -= (float)WF::offset * comp8[j];
-            C[(int64_t)(n0 + i) * M + m0 + j] = c;
-        }
+        for (int j = 0; j < 8; j++) C[(int64_t)(n0 + i) * M + m0 + j] = finish<WF>(c8[j], comp8[j]);
     }
 }
 
@@ -446,4 +479,9 @@ void cpu_q4_0_q8_1_stationary(const GemmProblem& p, int m_begin, int m_end) {
 
 void cpu_q8_0_q8_1_stationary(const GemmProblem& p, int m_begin, int m_end) {
     gemm_q8_1_stationary<w_q8_0>(p, m_begin, m_end);
+}
+
+// Chapter 7: Q4_1 weights (SmolLM2's), Q4_0's path with the min summed beside the dot products.
+void cpu_q4_1_q8_1_stationary(const GemmProblem& p, int m_begin, int m_end) {
+    gemm_q8_1_stationary<w_q4_1>(p, m_begin, m_end);
 }
