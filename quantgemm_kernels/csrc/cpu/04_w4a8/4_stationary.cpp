@@ -359,7 +359,7 @@ inline void rows(const GemmProblem& p, int nb, int m0) {
 }
 #ifdef QG_VNNI
 // ---- VNNI: 8 rows with the token broadcast, no reduction across lanes ----
-// The 8 rows' unpacked blocks are transposed in registers (8 x 8 int32: unpacks and lane permutes),
+// The 8 rows' unpacked blocks are transposed in registers (load_rows8: 8 x 8 int32, unpacks),
 // so that vector k holds bytes 4k..4k+3 of every row, row j in lane j. One vpdpbusd of vector k with
 // the token's bytes 4k..4k+3 broadcast to all lanes then adds 4 products to each row's own lane:
 // after 8 of them lane j is row j's integer dot product, as llama.cpp's repacked block_q4_0x8 layout
@@ -368,22 +368,42 @@ inline void rows(const GemmProblem& p, int nb, int m0) {
 // same (fma(sumi, d_w d_a, c) per block, then - 8 * comp): the same bits.
 constexpr int TN8 = 8;
 
-inline void transpose8x8(__m256i r[8]) {  // r[j] dword k -> r[k] dword j
-    __m256i t[8], u[8];
-    for (int j = 0; j < 8; j += 2) {
-        t[j] = _mm256_unpacklo_epi32(r[j], r[j + 1]);
-        t[j + 1] = _mm256_unpackhi_epi32(r[j], r[j + 1]);
+// A 4 x 4 transpose of dwords inside each 128-bit half: r[k]'s half gets dword k of r[0..3]'s halves.
+inline void transpose4x4_halves(__m256i r[4]) {
+    const __m256i t0 = _mm256_unpacklo_epi32(r[0], r[1]);  // r0.0 r1.0 r0.1 r1.1 (per half)
+    const __m256i t1 = _mm256_unpackhi_epi32(r[0], r[1]);  // r0.2 r1.2 r0.3 r1.3
+    const __m256i t2 = _mm256_unpacklo_epi32(r[2], r[3]);
+    const __m256i t3 = _mm256_unpackhi_epi32(r[2], r[3]);
+    r[0] = _mm256_unpacklo_epi64(t0, t2);  // r0.0 r1.0 r2.0 r3.0
+    r[1] = _mm256_unpackhi_epi64(t0, t2);
+    r[2] = _mm256_unpacklo_epi64(t1, t3);
+    r[3] = _mm256_unpackhi_epi64(t1, t3);
+}
+
+// The 8 rows' blocks as the rows-in-lanes vectors: wt[k] lane j = dword k of row j's 32 unpacked
+// quants (bytes 4k .. 4k+3). Rows j and j + 4 share a vector from the start, row j in the low 128
+// bits and row j + 4 in the high (the second 16 bytes come in with the load: vinserti128 from
+// memory is no shuffle), so the transposition stays inside the 128-bit halves: 16 unpacks for 8
+// rows where a full 8 x 8 transpose takes 24 shuffles (a third of them across the halves), and the
+// nibbles' unpacking needs no shuffle either. At N = 1 these shuffles are most of the work.
+template <class WF>
+inline void load_rows8(const typename WF::block* const* blk, __m256i wt[8]) {
+    for (int p = 0; p < 4; p++) {
+        const __m128i* q0 = (const __m128i*)blk[p]->qs;
+        const __m128i* q4 = (const __m128i*)blk[p + 4]->qs;
+        const __m256i x = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(q0)), _mm_loadu_si128(q4), 1);
+        if constexpr (std::is_signed<typename WF::quant_t>::value) {  // Q8_0: bytes 0..15, then 16..31
+            wt[p] = x;
+            wt[p + 4] =
+                _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(q0 + 1)), _mm_loadu_si128(q4 + 1), 1);
+        } else {  // nibbles: elements 0..15 are the low halves of the 16 bytes, 16..31 the high
+            const __m256i low4 = _mm256_set1_epi8(0x0F);
+            wt[p] = _mm256_and_si256(x, low4);
+            wt[p + 4] = _mm256_and_si256(_mm256_srli_epi16(x, 4), low4);
+        }
     }
-    for (int j = 0; j < 8; j += 4) {
-        u[j] = _mm256_unpacklo_epi64(t[j], t[j + 2]);
-        u[j + 1] = _mm256_unpackhi_epi64(t[j], t[j + 2]);
-        u[j + 2] = _mm256_unpacklo_epi64(t[j + 1], t[j + 3]);
-        u[j + 3] = _mm256_unpackhi_epi64(t[j + 1], t[j + 3]);
-    }
-    for (int k = 0; k < 4; k++) {
-        r[k] = _mm256_permute2x128_si256(u[k], u[k + 4], 0x20);
-        r[k + 4] = _mm256_permute2x128_si256(u[k], u[k + 4], 0x31);
-    }
+    transpose4x4_halves(wt);
+    transpose4x4_halves(wt + 4);
 }
 
 inline int dword(const int8_t* q, int k) {
@@ -401,14 +421,14 @@ inline void tile8(const block_q8_1* A, const typename WF::block* W, float* C, in
     // [excerpt: rows_in_lanes]
     for (int b = 0; b < nb; b++) {
         __m256i wt[8];
+        const B* blk[8];
         fp16_bits d[8], m[8] = {};
         for (int j = 0; j < 8; j++) {
-            const B& blk = W[(int64_t)(m0 + j) * nb + b];
-            wt[j] = simd_w<WF>::load(blk).q;
-            d[j] = blk.d;
-            if constexpr (WF::has_min) m[j] = blk.m;
+            blk[j] = W + (int64_t)(m0 + j) * nb + b;
+            d[j] = blk[j]->d;
+            if constexpr (WF::has_min) m[j] = blk[j]->m;
         }
-        transpose8x8(wt);
+        load_rows8<WF>(blk, wt);
         const __m256 d_w = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)d));  // the 8 rows' scales
         __m256 c_w = d_w;  // what multiplies s_a: d_w, or Q4_1's m_w
         if constexpr (WF::has_min) c_w = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)m));
