@@ -357,8 +357,8 @@ inline void rows(const GemmProblem& p, int nb, int m0) {
     // the last N % TN tokens in one tile, so that N = 2 .. 7 also unpack each weight block once
     remainder<WF, TM, TN - 1>(A, W, p.C, nb, p.M, n, m0, p.N - n);
 }
-#ifdef QG_VNNI
-// ---- VNNI: 8 rows with the token broadcast, no reduction across lanes ----
+#if QG_X86_SIMD
+// ---- 8 rows with the token broadcast, no reduction across lanes (VNNI; AVX2 for the nibbles) ----
 // The 8 rows' unpacked blocks are transposed in registers (load_rows8: 8 x 8 int32, unpacks),
 // so that vector k holds bytes 4k..4k+3 of every row, row j in lane j. One vpdpbusd of vector k with
 // the token's bytes 4k..4k+3 broadcast to all lanes then adds 4 products to each row's own lane:
@@ -366,7 +366,39 @@ inline void rows(const GemmProblem& p, int nb, int m0) {
 // gives it, with the transposition paid once per weight block and shared by the TN8 tokens.
 // The integer sums are the ones the 4-row tiles compute, and the float operations per output the
 // same (fma(sumi, d_w d_a, c) per block, then - 8 * comp): the same bits.
+// Without VNNI (AVX2), the nibble formats take the same tile with vpmaddubsw: each gives a row's
+// two products per int16, and the 8 of a block are summed in int16 before one vpmaddwd: a nibble
+// (<= 15) times a Q8_1 quant (|q| <= 127) is at most 1905, so 16 of them stay below 32767 and
+// nothing saturates. Q8_0 keeps the 4-row tiles there: its products reach 127 x 127, and the
+// int16 pair sums of the sign trick would each need their own vpmaddwd.
+#ifdef QG_VNNI
 constexpr int TN8 = 8;
+#else
+constexpr int TN8 = 4;  // AVX2's 16 registers: 8 hold the block's rows, 8 the tokens' sums
+#endif
+
+inline int dword(const int8_t* q, int k) {
+    int v;
+    memcpy(&v, q + 4 * k, sizeof v);
+    return v;
+}
+
+// The 8 rows' integer dot products with one token's block, row j in lane j (wt: load_rows8's
+// vectors; a: the token's quants, dword k broadcast against wt[k]).
+template <class WF>
+inline __m256i dot_rows8(const __m256i wt[8], const int8_t* a, __m256i init) {
+#ifdef QG_VNNI
+    __m256i sumi = init;
+    for (int k = 0; k < 8; k++) sumi = QG_VNNI(sumi, wt[k], _mm256_set1_epi32(dword(a, k)));
+    return sumi;
+#else
+    (void)init;
+    __m256i s16 = _mm256_maddubs_epi16(wt[0], _mm256_set1_epi32(dword(a, 0)));
+    for (int k = 1; k < 8; k++)
+        s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(wt[k], _mm256_set1_epi32(dword(a, k))));
+    return _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
+#endif
+}
 
 // A 4 x 4 transpose of dwords inside each 128-bit half: r[k]'s half gets dword k of r[0..3]'s halves.
 inline void transpose4x4_halves(__m256i r[4]) {
@@ -406,11 +438,6 @@ inline void load_rows8(const typename WF::block* const* blk, __m256i wt[8]) {
     transpose4x4_halves(wt + 4);
 }
 
-inline int dword(const int8_t* q, int k) {
-    int v;
-    memcpy(&v, q + 4 * k, sizeof v);
-    return v;
-}
 
 template <class WF, int TN_>
 inline void tile8(const block_q8_1* A, const typename WF::block* W, float* C, int nb, int M, int n0, int m0) {
@@ -433,19 +460,24 @@ inline void tile8(const block_q8_1* A, const typename WF::block* W, float* C, in
         __m256 c_w = d_w;  // what multiplies s_a: d_w, or Q4_1's m_w
         if constexpr (WF::has_min) c_w = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)m));
         __m256i init = _mm256_setzero_si256();
+#ifdef QG_VNNI
         if constexpr (signed_w) {  // Q8_0: a + 128 against signed w, started from -128 * sum w
             for (int k = 0; k < 8; k++) init = QG_VNNI(init, _mm256_set1_epi8(1), wt[k]);
             init = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(init, 7));
         }
+#endif
         for (int i = 0; i < TN_; i++) {
             const block_q8_1& a = A[(int64_t)(n0 + i) * nb + b];
             __m256i sumi = init;
+#ifdef QG_VNNI
             if constexpr (signed_w) {       // Q8_0: the token, + 128, is the unsigned operand
                 alignas(32) int8_t au[QK];  // broadcast from memory: a load, no ALU work
                 _mm256_store_si256((__m256i*)au, simd_w<WF>::prep_a(load_q8_1(a)));
                 for (int k = 0; k < 8; k++) sumi = QG_VNNI(sumi, _mm256_set1_epi32(dword(au, k)), wt[k]);
-            } else {  // Q4_0, Q4_1: the nibbles are
-                for (int k = 0; k < 8; k++) sumi = QG_VNNI(sumi, wt[k], _mm256_set1_epi32(dword(a.qs, k)));
+            } else  // Q4_0, Q4_1: the nibbles are
+#endif
+            {
+                sumi = dot_rows8<WF>(wt, a.qs, init);
             }
             const __m128 ds = f16x4(d_and_s(a));  // d_a, s_a
             acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_mul_ps(d_w, _mm256_broadcastss_ps(ds)), acc[i]);
@@ -488,6 +520,9 @@ void gemm_q8_1_stationary(const GemmProblem& p, int m_begin, int m_end) {
     int m = m_begin;
 #ifdef QG_VNNI
     for (; m + 8 <= m_end; m += 8) rows8<WF>(p, nb, m);
+#elif QG_X86_SIMD
+    if constexpr (!std::is_signed<typename WF::quant_t>::value)  // AVX2: the nibble formats
+        for (; m + 8 <= m_end; m += 8) rows8<WF>(p, nb, m);
 #endif
     for (; m + 4 <= m_end; m += 4) rows<WF, 4>(p, nb, m);
     for (; m < m_end; m++) rows<WF, 1>(p, nb, m);
