@@ -330,12 +330,12 @@ class QTensor:
 #: On the CPU, chapter 4's stationary step (weight rows outer, 4 or 8 rows in the lanes of one
 #: vector) for the formats that have it, at every N, else the SIMD step. One kernel per format
 #: whatever N: a token's outputs then have the same bits in a batch of 1 or of 512 (the model's KV
-#: cache is checked against the full pass that way). From the record
-#: bench_results/intel-xeon-processor-2t/2026-11-24/results-153325.json (2 threads, Xeon with
-#: AVX-512 VNNI, M = 4096, K = 14336): Q4_0 level with the SIMD step at N = 1 (2.07 against 2.08 ms)
-#: and ahead at 8 and 512 (6.20 against 13.9, 491 against 1039); Q8_0 behind at N = 1 (2.72 against
-#: 2.21) but ahead at 8 and 512 (8.04 against 12.27, 555 against 991).
-CPU_STATIONARY = ("q4_0", "q8_0")
+#: cache is checked against the full pass that way). From the records
+#: bench_results/intel-xeon-processor-2t/2026-11-26/results-191410.json (AVX-512 VNNI) and
+#: results-191635.json (AVX2 only), 2 threads, M = 4096, K = 14336: the stationary step is ahead of
+#: the SIMD step for Q4_0, Q4_1 and Q8_0 at N = 1, 8 and 512 with both builds (Q4_0 VNNI: 1.21
+#: against 1.82 ms at N = 1, 227 against 909 at N = 512; Q4_1: 1.87 against 2.59, 309 against 957).
+CPU_STATIONARY = ("q4_0", "q8_0", "q4_1")
 DECODE_MAX_N_FEW_TILES = 8  # N up to which the decode kernel runs when M/128 < SMs/2
 DECODE_MAX_N = 5  # otherwise
 
