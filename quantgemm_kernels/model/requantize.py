@@ -22,6 +22,11 @@ them: each weight is dequantized from the source file and quantized again with t
 quantizers, whose bytes are ggml's. A type the package has no format for (Q5_0, a fallback of
 small models whose hidden size is not a multiple of 256) is either kept as it is in the source
 file (``missing="keep"``: its bytes and type unchanged) or refused (``missing="error"``).
+
+``recipe="Q4_0"`` and ``recipe="Q8_0"`` (:func:`legacy_types`) write the plain 32-value files of
+``llama-quantize ... Q4_0`` / ``Q8_0``: every 2-D weight in that type, except the output layer (or
+the tied token embedding), which llama.cpp gives Q6_K (Q8_0 where its rows are not super-blocks) in
+a Q4_0 file and Q8_0 in a Q8_0 file; norms and other 1-D tensors copied.
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ except ImportError:  # pragma: no cover - gguf is in requirements.txt
 QK_K = F.QK_K
 #: llama.cpp's ``tensor_type_fallback`` for the types of the Q4_K_M recipe
 FALLBACK = {"Q4_K": "Q5_0", "Q6_K": "Q8_0"}
-_BLOCK = {"Q4_K": 256, "Q6_K": 256, "Q5_0": 32, "Q8_0": 32}
+_BLOCK = {"Q4_K": 256, "Q6_K": 256, "Q5_0": 32, "Q8_0": 32, "Q4_0": 32}
 _LAYER = re.compile(r"^blk\.(\d+)\.")
 
 
@@ -109,6 +114,45 @@ def q4_k_m_types(tensors, tied: bool | None = None) -> dict[str, str]:
     return out
 
 
+def legacy_types(tensors, ftype: str, tied: bool | None = None) -> dict[str, str]:
+    """GGML type name per tensor, as ``llama-quantize ... Q4_0`` (or ``Q8_0``) chooses it for a
+    Llama model without an importance matrix: ``ftype`` for every 2-D weight; the output layer (or
+    the tied token embedding) Q8_0 where its rows are not whole 32-value blocks, else Q6_K in a
+    Q4_0 file (Q8_0 where the rows are not super-blocks, ``tensor_type_fallback``) and Q8_0 in a
+    Q8_0 file; F16 where a row is not whole blocks of 32 (where llama.cpp refuses the tensor).
+    Arguments and result as :func:`q4_k_m_types`."""
+    if ftype not in ("Q4_0", "Q8_0"):
+        raise ValueError(f"ftype must be 'Q4_0' or 'Q8_0', got {ftype!r}")
+    items = []
+    for t in tensors:
+        if hasattr(t, "tensor_type"):
+            items.append((t.name, tuple(int(s) for s in reversed(t.shape))))
+        else:
+            items.append((t[0], tuple(int(s) for s in t[1])))
+    if tied is None:
+        tied = "output.weight" not in [n for n, _ in items]
+    out: dict[str, str | None] = {}
+    for name, shape in sorted(items, key=_loader_order):
+        if not _quantized(name, shape):
+            out[name] = None
+            continue
+        K = shape[-1]
+        new = ftype
+        if name == "output.weight" or (tied and name == "token_embd.weight"):
+            if K % 32 == 0 and ftype != "Q8_0":
+                new = "Q6_K" if K % QK_K == 0 else "Q8_0"
+            else:
+                new = "Q8_0"
+        if K % _BLOCK[new]:
+            new = "F16"
+        out[name] = new
+    return out
+
+
+#: the recipes :func:`requantize_gguf` writes, with their ``general.file_type``
+RECIPES = ("Q4_K_M", "Q4_0", "Q8_0")
+
+
 @dataclass
 class RequantizedTensor:
     name: str
@@ -144,7 +188,7 @@ def _quantize(x: np.ndarray, type_name: str) -> np.ndarray:
 
 def requantize_gguf(src, dst, *, recipe: str = "Q4_K_M", missing: str = "keep") -> list[RequantizedTensor]:
     """Write ``dst``: the Llama GGUF ``src`` with its weights requantized by llama.cpp's ``recipe``
-    (``"Q4_K_M"``; see :func:`q4_k_m_types`). Every key/value field is copied (``general.file_type``
+    (``"Q4_K_M"``, see :func:`q4_k_m_types`; ``"Q4_0"`` or ``"Q8_0"``, see :func:`legacy_types`). Every key/value field is copied (``general.file_type``
     set to the recipe's, unless a tensor could not get its type). Each quantized weight is
     dequantized from ``src`` and quantized again: its error is the source's plus the new format's.
 
@@ -154,8 +198,8 @@ def requantize_gguf(src, dst, *, recipe: str = "Q4_K_M", missing: str = "keep") 
     """
     if gguf is None:
         raise ImportError("writing GGUF files needs llama.cpp's gguf package: pip install gguf")
-    if recipe != "Q4_K_M":
-        raise ValueError(f"recipe must be 'Q4_K_M' (the only one implemented), got {recipe!r}")
+    if recipe not in RECIPES:
+        raise ValueError(f"recipe must be one of {', '.join(RECIPES)}, got {recipe!r}")
     if missing not in ("keep", "error"):
         raise ValueError(f"missing must be 'keep' or 'error', got {missing!r}")
     src, dst = Path(src), Path(dst)
@@ -167,7 +211,7 @@ def requantize_gguf(src, dst, *, recipe: str = "Q4_K_M", missing: str = "keep") 
         raise GGUFModelError(f"{src}: architecture {arch!r}; the Q4_K_M rules here are the Llama ones")
     if (reader.fields.get("llama.expert_count") and reader.fields["llama.expert_count"].contents()) or 0:
         raise GGUFModelError(f"{src}: a mixture-of-experts model; the rules here are for dense Llamas")
-    types = q4_k_m_types(reader.tensors)
+    types = q4_k_m_types(reader.tensors) if recipe == "Q4_K_M" else legacy_types(reader.tensors, recipe)
 
     report, planned = [], []
     for t in reader.tensors:
@@ -181,8 +225,8 @@ def requantize_gguf(src, dst, *, recipe: str = "Q4_K_M", missing: str = "keep") 
             written = have
         else:
             raise GGUFModelError(
-                f"{t.name}: the {recipe} recipe makes it {want} (its rows of {int(t.shape[0])} values are not "
-                f"super-blocks of 256), a type this package has no format for; missing='keep' keeps it {have}"
+                f"{t.name}: the {recipe} recipe makes it {want} (its rows have {int(t.shape[0])} values), "
+                f"a type this package has no format for; missing='keep' keeps it {have}"
             )
         planned.append((t, want, written))
 
@@ -197,7 +241,7 @@ def requantize_gguf(src, dst, *, recipe: str = "Q4_K_M", missing: str = "keep") 
         sub = f.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
         w.add_key_value(key, f.contents(), vtype, sub)
     if complete:
-        w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M)
+        w.add_file_type(getattr(gguf.LlamaFileType, f"MOSTLY_{recipe}"))
     for t, want, written in planned:
         have = t.tensor_type.name
         if want is None or written != want:
