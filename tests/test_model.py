@@ -652,15 +652,21 @@ def test_smollm2_greedy_text():
 @pytest.mark.skipif(not q4_1_kernels(), reason="the file's weights are Q4_1: needs the package's Q4_1 kernels")
 def test_smollm2_matches_transformers():
     """Our logits against transformers' float32 model of the same file on check.PROMPTS. Measured
-    (CPU, the SIMD Q4_1 kernel): NMSE 3.1e-4 to 1.3e-3 per prompt, top-1 agreement 77/80
-    positions; 30 layers of Q8_1 activations against the tiny file's 2 explain the larger NMSE.
-    Thresholds: 3e-3 and 0.9."""
+    (CPU): NMSE 3.3e-4 to 3.3e-3 per prompt with the stationary Q4_1 kernel, top-1 agreement 80/80
+    (3.1e-4 to 1.3e-3 and 77/80 with the SIMD kernel, whose float sums round in another order);
+    llama.cpp's own CPU logits of the file are 4.3e-4 to 2.5e-3 from transformers' on the same
+    prompts, the largest on the same short prompt: Q8_1 activations put every implementation about
+    1e-3 away, and a different rounding anywhere moves a prompt's NMSE by as much (chapter 7's
+    perturbation experiment). Thresholds: 5e-3 per prompt (twice llama.cpp's largest), 2e-3 on the
+    mean over prompts, top-1 0.9.
+    """
     pytest.importorskip("transformers")
     from quantgemm_kernels.model import smollm2_path
     from quantgemm_kernels.model.check import compare_with_transformers
 
     res = compare_with_transformers(smollm2_path())
-    assert res["nmse_max"] < 3e-3 and res["top1"] >= 0.9, (res["nmse"], res["top1"])
+    mean = sum(res["nmse"]) / len(res["nmse"])
+    assert res["nmse_max"] < 5e-3 and mean < 2e-3 and res["top1"] >= 0.9, (res["nmse"], res["top1"])
 
 
 def test_cli_on_the_tiny_file(tiny, capsys):
