@@ -369,8 +369,9 @@ inline void rows(const GemmProblem& p, int nb, int m0) {
 // Without VNNI (AVX2), the nibble formats take the same tile with vpmaddubsw: each gives a row's
 // two products per int16, and the 8 of a block are summed in int16 before one vpmaddwd: a nibble
 // (<= 15) times a Q8_1 quant (|q| <= 127) is at most 1905, so 16 of them stay below 32767 and
-// nothing saturates. Q8_0 keeps the 4-row tiles there: its products reach 127 x 127, and the
-// int16 pair sums of the sign trick would each need their own vpmaddwd.
+// nothing saturates. Q8_0 takes the sign trick there (|w| against a * sign(w), as in the SIMD
+// step): its products reach 127 x 127, so each k's int16 pair sums are widened by their own
+// vpmaddwd; still fewer instructions per block pair than the 4-row tile's reduction across lanes.
 #ifdef QG_VNNI
 constexpr int TN8 = 8;
 #else
@@ -393,6 +394,15 @@ inline __m256i dot_rows8(const __m256i wt[8], const int8_t* a, __m256i init) {
     return sumi;
 #else
     (void)init;
+    if constexpr (std::is_signed<typename WF::quant_t>::value) {  // Q8_0: the SIMD step's sign trick
+        __m256i s32 = _mm256_setzero_si256();                     // |w| times a * sign(w), per k
+        for (int k = 0; k < 8; k++) {
+            const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(wt[k], wt[k]),
+                                                   _mm256_sign_epi8(_mm256_set1_epi32(dword(a, k)), wt[k]));
+            s32 = _mm256_add_epi32(s32, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+        }
+        return s32;
+    }
     __m256i s16 = _mm256_maddubs_epi16(wt[0], _mm256_set1_epi32(dword(a, 0)));
     for (int k = 1; k < 8; k++)
         s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(wt[k], _mm256_set1_epi32(dword(a, k))));
@@ -521,8 +531,7 @@ void gemm_q8_1_stationary(const GemmProblem& p, int m_begin, int m_end) {
 #ifdef QG_VNNI
     for (; m + 8 <= m_end; m += 8) rows8<WF>(p, nb, m);
 #elif QG_X86_SIMD
-    if constexpr (!std::is_signed<typename WF::quant_t>::value)  // AVX2: the nibble formats
-        for (; m + 8 <= m_end; m += 8) rows8<WF>(p, nb, m);
+    for (; m + 8 <= m_end; m += 8) rows8<WF>(p, nb, m);  // AVX2: vpmaddubsw in place of vpdpbusd
 #endif
     for (; m + 4 <= m_end; m += 4) rows<WF, 4>(p, nb, m);
     for (; m < m_end; m++) rows<WF, 1>(p, nb, m);
