@@ -20,7 +20,8 @@ sequence), and ``n_chunks`` caps the number of chunks as the tool's ``--chunks``
 
 :func:`text` is the text chapter 8 measures on, shipped in ``data/``: Abraham Lincoln's Gettysburg
 Address (1863, the Bliss copy) and his Second Inaugural Address (1865), public domain everywhere
-(works of the 1860s, and speeches of a US President in office).
+(works of the 1860s, and speeches of a US President in office); the Bliss copy's dashes are written
+``--``, and the file has no header.
 """
 
 from __future__ import annotations
