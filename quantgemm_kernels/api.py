@@ -332,7 +332,7 @@ class QTensor:
 #: whatever N: a token's outputs then have the same bits in a batch of 1 or of 512 (the model's KV
 #: cache is checked against the full pass that way). From the records
 #: bench_results/intel-xeon-processor-2t/2026-11-26/results-191410.json (AVX-512 VNNI) and
-#: results-191635.json (AVX2 only), 2 threads, M = 4096, K = 14336: the stationary step is ahead of
+#: results-200147.json (AVX2 only), 2 threads, M = 4096, K = 14336: the stationary step is ahead of
 #: the SIMD step for Q4_0, Q4_1 and Q8_0 at N = 1, 8 and 512 with both builds (Q4_0 VNNI: 1.21
 #: against 1.82 ms at N = 1, 227 against 909 at N = 512; Q4_1: 1.87 against 2.59, 309 against 957).
 CPU_STATIONARY = ("q4_0", "q8_0", "q4_1")
