@@ -72,17 +72,23 @@ def _quantized(name: str, shape) -> bool:
     return len(shape) >= 2 and name.endswith("weight") and "_norm.weight" not in name
 
 
+def _named_shapes(tensors) -> list[tuple[str, tuple[int, ...]]]:
+    """``(name, shape)`` pairs, shape ``[rows, K]`` as torch writes it, from ``gguf`` reader tensors
+    (whose shapes list the fastest dimension first) or from such pairs."""
+    return [
+        (t.name, tuple(int(s) for s in reversed(t.shape)))
+        if hasattr(t, "tensor_type")
+        else (t[0], tuple(map(int, t[1])))
+        for t in tensors
+    ]
+
+
 def q4_k_m_types(tensors, tied: bool | None = None) -> dict[str, str]:
     """GGML type name per tensor, as ``llama-quantize ... Q4_K_M`` chooses it for a Llama model
     (no experts, no importance matrix, not a 70B). ``tensors``: ``(name, shape)`` pairs, shape ``[rows, K]`` as torch writes it (``[K]`` for a 1-D tensor), or ``gguf`` reader
     tensors. ``tied``: whether the token embedding is also the output layer (default: the file has
     no ``output.weight``). 1-D tensors and norms map to ``None`` (copied)."""
-    items = []
-    for t in tensors:
-        if hasattr(t, "tensor_type"):
-            items.append((t.name, tuple(int(s) for s in reversed(t.shape))))
-        else:
-            items.append((t[0], tuple(int(s) for s in t[1])))
+    items = _named_shapes(tensors)
     names = [n for n, _ in items]
     if tied is None:
         tied = "output.weight" not in names
@@ -123,12 +129,7 @@ def legacy_types(tensors, ftype: str, tied: bool | None = None) -> dict[str, str
     Arguments and result as :func:`q4_k_m_types`."""
     if ftype not in ("Q4_0", "Q8_0"):
         raise ValueError(f"ftype must be 'Q4_0' or 'Q8_0', got {ftype!r}")
-    items = []
-    for t in tensors:
-        if hasattr(t, "tensor_type"):
-            items.append((t.name, tuple(int(s) for s in reversed(t.shape))))
-        else:
-            items.append((t[0], tuple(int(s) for s in t[1])))
+    items = _named_shapes(tensors)
     if tied is None:
         tied = "output.weight" not in [n for n, _ in items]
     out: dict[str, str | None] = {}
