@@ -444,6 +444,8 @@ def linear(x: torch.Tensor, W, kernel: str | None = None) -> torch.Tensor:
         # The activations still get quantize()'s finite check and overflow warnings, and the binding
         # checks shapes before the kernel runs. A model makes 121 such calls per token: gemm()'s
         # second round of checks cost about 10 us each (576 x 576 Q4_1, one token, 2 threads).
+        # Not on CUDA: its kernels also need W's bytes on a 16-byte boundary, which a QTensor (a view
+        # can be one) does not promise, so there gemm() checks the pair.
         Aq = quantize(A, k.afmt, q8_1_sum=k.q8_1_sum)
         return _ops().gemm(Aq, W.data, k.name).reshape(*lead, rows)
     return gemm(A, W, k).reshape(*lead, rows)

@@ -79,6 +79,9 @@ inline uint64_t packed_m(const B* const* w) {
 // Q4_1's min (c + sum m_w s_a); Q8_0 has neither.
 template <class WF>
 constexpr bool has_comp = WF::offset != 0 || WF::has_min;
+// Signed weight quants (Q8_0): the unsigned operand of vpdpbusd / vpmaddubsw must come from elsewhere.
+template <class WF>
+constexpr bool signed_w = std::is_signed<typename WF::quant_t>::value;
 template <class WF>
 inline float finish(float c, float comp) {
     if constexpr (WF::has_min) return c + comp;
@@ -136,7 +139,8 @@ struct simd_w<w_q4_0> {  // nibbles: the unsigned operand as stored
     struct W {
         qvec q;
     };
-    static inline W load(const block_q4_0& b) {
+    template <class B>  // Q4_0's blocks and Q4_1's: the same nibble layout
+    static inline W load(const B& b) {
         const __m128i x = _mm_loadu_si128((const __m128i*)b.qs);
         return {_mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), _mm256_set1_epi8(0x0F))};
     }
@@ -150,12 +154,7 @@ struct simd_w<w_q4_0> {  // nibbles: the unsigned operand as stored
     }
 };
 template <>
-struct simd_w<w_q4_1> : simd_w<w_q4_0> {  // Q4_1's nibbles: Q4_0's layout, unsigned
-    static inline W load(const block_q4_1& b) {
-        const __m128i x = _mm_loadu_si128((const __m128i*)b.qs);
-        return {_mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), _mm256_set1_epi8(0x0F))};
-    }
-};
+struct simd_w<w_q4_1> : simd_w<w_q4_0> {};  // Q4_1's nibbles: Q4_0's layout, unsigned
 template <>
 struct simd_w<w_q8_0> {
 #ifdef QG_VNNI
@@ -394,8 +393,8 @@ inline __m256i dot_rows8(const __m256i wt[8], const int8_t* a, __m256i init) {
     return sumi;
 #else
     (void)init;
-    if constexpr (std::is_signed<typename WF::quant_t>::value) {  // Q8_0: the SIMD step's sign trick
-        __m256i s32 = _mm256_setzero_si256();                     // |w| times a * sign(w), per k
+    if constexpr (signed_w<WF>) {              // Q8_0: the SIMD step's sign trick
+        __m256i s32 = _mm256_setzero_si256();  // |w| times a * sign(w), per k
         for (int k = 0; k < 8; k++) {
             const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(wt[k], wt[k]),
                                                    _mm256_sign_epi8(_mm256_set1_epi32(dword(a, k)), wt[k]));
@@ -434,7 +433,7 @@ inline void load_rows8(const typename WF::block* const* blk, __m256i wt[8]) {
         const __m128i* q0 = (const __m128i*)blk[p]->qs;
         const __m128i* q4 = (const __m128i*)blk[p + 4]->qs;
         const __m256i x = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(q0)), _mm_loadu_si128(q4), 1);
-        if constexpr (std::is_signed<typename WF::quant_t>::value) {  // Q8_0: bytes 0..15, then 16..31
+        if constexpr (signed_w<WF>) {  // Q8_0: bytes 0..15, then 16..31
             wt[p] = x;
             wt[p + 4] =
                 _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(q0 + 1)), _mm_loadu_si128(q4 + 1), 1);
@@ -452,7 +451,6 @@ inline void load_rows8(const typename WF::block* const* blk, __m256i wt[8]) {
 template <class WF, int TN_>
 inline void tile8(const block_q8_1* A, const typename WF::block* W, float* C, int nb, int M, int n0, int m0) {
     using B = typename WF::block;
-    constexpr bool signed_w = std::is_signed<typename WF::quant_t>::value;  // Q8_0
     __m256 acc[TN_], comp[TN_];
     for (int i = 0; i < TN_; i++) acc[i] = comp[i] = _mm256_setzero_ps();
     // [excerpt: rows_in_lanes]
@@ -471,7 +469,7 @@ inline void tile8(const block_q8_1* A, const typename WF::block* W, float* C, in
         if constexpr (WF::has_min) c_w = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)m));
         __m256i init = _mm256_setzero_si256();
 #ifdef QG_VNNI
-        if constexpr (signed_w) {  // Q8_0: a + 128 against signed w, started from -128 * sum w
+        if constexpr (signed_w<WF>) {  // Q8_0: a + 128 against signed w, started from -128 * sum w
             for (int k = 0; k < 8; k++) init = QG_VNNI(init, _mm256_set1_epi8(1), wt[k]);
             init = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(init, 7));
         }
@@ -480,7 +478,7 @@ inline void tile8(const block_q8_1* A, const typename WF::block* W, float* C, in
             const block_q8_1& a = A[(int64_t)(n0 + i) * nb + b];
             __m256i sumi = init;
 #ifdef QG_VNNI
-            if constexpr (signed_w) {       // Q8_0: the token, + 128, is the unsigned operand
+            if constexpr (signed_w<WF>) {   // Q8_0: the token, + 128, is the unsigned operand
                 alignas(32) int8_t au[QK];  // broadcast from memory: a load, no ALU work
                 _mm256_store_si256((__m256i*)au, simd_w<WF>::prep_a(load_q8_1(a)));
                 for (int k = 0; k < 8; k++) sumi = QG_VNNI(sumi, _mm256_set1_epi32(dword(au, k)), wt[k]);
