@@ -306,18 +306,14 @@ def format_sector_table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
-def _pyplot():
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def draw_lane_map(kernel: str, warp: int = 0, step: int = 0, axes=None, M: int = 4096, N: int = 1, K: int = 14336):
     """Draw :func:`warp_loads`: for ``W`` (top) and ``A`` (bottom), the rows the warp touches
     (one band each) and the bytes each lane reads, coloured by lane (solid: the operand's first load
     instruction; faded: the later ones), scales grey, a broadcast (all lanes on the same bytes)
     black. Ticks on each band mark that row's 32-byte sectors (thin) and 128-byte lines (thick).
     Returns the two axes."""
+    from .viz import _pyplot
+
     plt = _pyplot()
     m = _model(kernel)
     loads = warp_loads(kernel, warp, step, M, N, K)

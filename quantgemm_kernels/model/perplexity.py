@@ -205,7 +205,9 @@ def float_model(path, device="cpu"):
 def agreement(logits: np.ndarray, reference: np.ndarray) -> tuple[float, float]:
     """(top-1 agreement, NMSE) of ``logits`` against ``reference``, both ``[n, vocab]``: the
     fraction of positions where both pick the same token, and ``sum((a - r)^2) / sum(r^2)``."""
+    from ..reference import nmse
+
     a, r = np.asarray(logits, np.float64), np.asarray(reference, np.float64)
     if a.shape != r.shape:
         raise ValueError(f"logits of shape {a.shape} and {r.shape} cannot be compared")
-    return float((a.argmax(-1) == r.argmax(-1)).mean()), float(((a - r) ** 2).sum() / (r**2).sum())
+    return float((a.argmax(-1) == r.argmax(-1)).mean()), nmse(a, r)
