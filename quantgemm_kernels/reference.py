@@ -17,6 +17,9 @@ Convention (the whole course): ``W [M, K]`` weights, ``A [N, K]`` activations, `
 * ``q4_1 x q8_1`` (chapter 7): the weight is ``q * d_w + m_w``, so a block is
   ``d_w * d_a * sumi + m_w * s_a``: the min enters through the activations' ``s``.
 
+* ``q4_k/q6_k x q8_1`` (chapter 8's CUDA kernels, ggml-cuda's MMVQ pairing): the same per sub-block,
+  with a d_a per 32 values and Q4_K's min times the integer sum of the activation quants
+  (``gemm_wk_aq8_1``); Q8_1's ``s`` is not read.
 * ``q4_k/q6_k x q8_k`` (chapter 8, ggml's CPU pairing for K-quants): per super-block of 256, integer
   dots per sub-block times the sub-block's integer scale, then the float scales once::
 
@@ -95,6 +98,8 @@ def gemm_wq_aq8_1(Aq: np.ndarray, Wq: np.ndarray, wfmt: str, q4_0_formula: str =
     """
     if q4_0_formula not in ("compensated", "signed"):
         raise ValueError(f"q4_0_formula must be 'compensated' or 'signed', got {q4_0_formula!r}")
+    if wfmt in ("q4_k", "q6_k"):
+        return gemm_wk_aq8_1(Aq, Wq, wfmt)
     wb, ab = F.as_blocks(Wq, wfmt), F.as_blocks(Aq, "q8_1")
     if wb.shape[1] != ab.shape[1]:
         raise ValueError(f"W has {wb.shape[1]} blocks per row, A has {ab.shape[1]}")
@@ -121,6 +126,39 @@ def gemm_wq_aq8_1(Aq: np.ndarray, Wq: np.ndarray, wfmt: str, q4_0_formula: str =
         per_block = dw * da * sumi + mw * sa
     else:
         raise ValueError(f"no W x Q8_1 reference for weights {wfmt!r}")
+    return per_block.sum(axis=2)
+
+
+def gemm_wk_aq8_1(Aq: np.ndarray, Wq: np.ndarray, wfmt: str) -> np.ndarray:
+    """K-quant weights (Q4_K, Q6_K) times Q8_1 activations (chapter 8's CUDA kernels, ggml-cuda's
+    MMVQ pairing): every 32-value Q8_1 block has its own d_a. Per sub-block, an integer dot times
+    the sub-block's integer scale and d_a; Q4_K's min term takes the integer sum of the activation
+    quants (as vec_dot_q4_K_q8_1 does, with a __dp4a on 0x01010101), not the block's ``s``::
+
+        Q4_K:  sum_b d_a,b (d_w sc_b sum_{j in b} q_w,j q_a,j  -  dmin_w m_b sum_{j in b} q_a,j)
+        Q6_K:  d_w sum_t d_a,b(t) sc_t sum_{j in t} (q_w,j - 32) q_a,j       (b(t) = t // 2)
+    """
+    if wfmt not in ("q4_k", "q6_k"):
+        raise ValueError(f"no K-quant W x Q8_1 reference for weights {wfmt!r}")
+    wb, ab = F.as_blocks(Wq, wfmt), F.as_blocks(Aq, "q8_1")
+    M, nb = wb.shape
+    N = ab.shape[0]
+    if ab.shape[1] != nb * 8:
+        raise ValueError(f"W has {nb} super-blocks per row ({nb * 8} blocks of 32), A has {ab.shape[1]} blocks")
+    qa = F.unpack_quants(Aq, "q8_1").reshape(N, nb, 8, 32).astype(np.int64)
+    qw = F.unpack_quants(Wq, wfmt).reshape(M, nb, F.QK_K).astype(np.int64) - F.SPECS[wfmt].offset
+    da = ab["d"].astype(np.float64).reshape(N, nb, 8)
+    dw = wb["d"].astype(np.float64)[None, :, :]
+    if wfmt == "q4_k":
+        sc, m = (v.astype(np.int64) for v in F.q4_k_scale_min(wb["scales"]))  # [M, nb, 8]
+        dots = np.einsum("nbsj,mbsj->nmbs", qa, qw.reshape(M, nb, 8, 32))
+        asum = qa.sum(axis=3)  # [N, nb, 8]
+        per_block = dw * (da[:, None] * dots * sc[None]).sum(axis=3)
+        per_block -= wb["dmin"].astype(np.float64)[None] * np.einsum("nbs,mbs->nmb", da * asum, m)
+    else:
+        sc = wb["scales"].astype(np.int64)  # [M, nb, 16]
+        dots = np.einsum("nbtj,mbtj->nmbt", qa.reshape(N, nb, 16, 16), qw.reshape(M, nb, 16, 16))
+        per_block = dw * (np.repeat(da, 2, axis=2)[:, None] * dots * sc[None]).sum(axis=3)
     return per_block.sum(axis=2)
 
 

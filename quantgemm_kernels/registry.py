@@ -518,6 +518,31 @@ _CUDA = [
         sum_x=True,
         file="06_decode_tensor_cores/2_decode.cu",
     ),
+    # chapter 8: K-quant weights times Q8_1 activations, llama.cpp's CUDA pairing (MMVQ)
+    Kernel(
+        "cuda_q4_k_q8_1_decode",
+        "cuda",
+        "q4_k",
+        "q8_1",
+        8,
+        "decode: 16 lanes per super-block, d sc (q . u) - dmin m sum(u) per 32-value sub-block",
+        fused_quant=True,
+        min_sm=(6, 1),
+        sum_x=True,
+        file="08_k_quants/1_decode.cu",
+    ),
+    Kernel(
+        "cuda_q6_k_q8_1_decode",
+        "cuda",
+        "q6_k",
+        "q8_1",
+        8,
+        "decode: 32 lanes per super-block, int8 scale per 16 values, q - 32 per byte",
+        fused_quant=True,
+        min_sm=(6, 1),
+        sum_x=True,
+        file="08_k_quants/1_decode.cu",
+    ),
 ]
 
 KERNELS: dict[str, Kernel] = {k.name: k for k in sorted(_CPU + _CUDA, key=lambda k: k.chapter)}

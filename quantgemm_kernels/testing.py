@@ -99,6 +99,17 @@ def kernel_inputs(kernel, M: int, N: int, K: int, dist: str = "normal", seed: in
     return A, W
 
 
+def quantize_weights(W, fmt: str):
+    """``api.quantize(W, fmt)`` on W's device, or on the CPU and copied there for a format with no
+    CUDA quantizer (the K-quants: their CUDA kernels read bytes quantized on the CPU)."""
+    from . import api
+    from . import formats as F
+
+    if W.device.type == "cuda" and not F.SPECS[fmt].cuda:
+        return api.quantize(W.cpu(), fmt).to(W.device)
+    return api.quantize(W, fmt)
+
+
 def check_kernel(kernel, M: int, N: int, K: int, dist: str = "normal", seed: int = 0, device=None):
     """Run ``kernel`` (a name or a ``Kernel``) on fresh inputs; return ``(nmse, result, reference)``.
 
@@ -115,7 +126,7 @@ def check_kernel(kernel, M: int, N: int, K: int, dist: str = "normal", seed: int
     A, W = kernel_inputs(k, M, N, K, dist, seed)
     At = torch.from_numpy(A).to(device)
     Wt = torch.from_numpy(W).to(device)
-    Wk = Wt if k.wfmt == "f32" else api.quantize(Wt, k.wfmt)
+    Wk = Wt if k.wfmt == "f32" else quantize_weights(Wt, k.wfmt)
     C = api.gemm(At, Wk, k).cpu().numpy()
     Wref = W if k.wfmt == "f32" else Wk.cpu().numpy()
     ref = R.gemm(A, Wref, k.wfmt, k.afmt, k.q8_1_sum, k.q4_0_formula)
@@ -163,6 +174,7 @@ def check_on_distributions(kernel, shape=None) -> int:
 
 #: Small ragged shapes (M, N, K) for runs under compute-sanitizer (10-100x slower than normal):
 #: one block, a tile edge in every dimension, K of 4 blocks, a longer K. tools/sanitize.sh uses them.
+#: K counts 32-value blocks: run them through :func:`shape_for` (x8 for the K-quant kernels).
 SANITIZE_SHAPES = [(1, 1, 32), (7, 3, 96), (83, 9, 128), (130, 2, 1024)]
 
 

@@ -3,6 +3,8 @@ awkward values. Metric: NMSE (llama.cpp's), threshold testing.KERNEL_NMSE (its d
 """
 
 import re
+import shutil
+import subprocess
 
 import numpy as np
 import pytest
@@ -12,7 +14,7 @@ import quantgemm_kernels as qk
 from quantgemm_kernels import formats as F
 from quantgemm_kernels import reference as R
 from quantgemm_kernels.registry import CSRC
-from quantgemm_kernels.testing import DISTRIBUTIONS, KERNEL_NMSE, SHAPES, check_kernel, shape_for
+from quantgemm_kernels.testing import DISTRIBUTIONS, KERNEL_NMSE, SHAPES, check_kernel, quantize_weights, shape_for
 
 from conftest import HAS_CUDA, kernel_param
 
@@ -110,7 +112,7 @@ def test_kernel_is_deterministic(kernel):
     k = qk.KERNELS[kernel]
     A = torch.randn(9, 256, generator=torch.Generator().manual_seed(0)).to(k.device)
     W = torch.randn(40, 256, generator=torch.Generator().manual_seed(1)).to(k.device)
-    Wk = W if k.wfmt == "f32" else qk.quantize(W, k.wfmt)
+    Wk = W if k.wfmt == "f32" else quantize_weights(W, k.wfmt)
     C1, C2 = qk.gemm(A, Wk, kernel), qk.gemm(A, Wk, kernel)
     assert torch.equal(C1, C2)
 
@@ -122,7 +124,7 @@ def test_quantized_activation_kernels_are_close_to_float(kernel):
     rng = np.random.default_rng(0)
     A = rng.standard_normal((8, 1024)).astype(np.float32)
     W = rng.standard_normal((64, 1024)).astype(np.float32)
-    Wq = qk.quantize(torch.from_numpy(W).to(k.device), k.wfmt)
+    Wq = quantize_weights(torch.from_numpy(W).to(k.device), k.wfmt)
     C = qk.gemm(torch.from_numpy(A).to(k.device), Wq, kernel).cpu().numpy()
     err = R.nmse(C, R.gemm_f32(A, W))
     # Q6_K on normal data costs ~3e-4 (Q4_K ~5e-3, Q4_0 ~7e-3): 2e-3 fails a 4-bit-quality result
@@ -132,10 +134,18 @@ def test_quantized_activation_kernels_are_close_to_float(kernel):
 #: LLM layer sizes for the K-quant kernels (K a multiple of 256: Llama-3-8B's 4096 and 14336),
 #: with M cut so that the numpy reference stays small on a 2-core CI machine
 K_QUANT_LLM_SHAPES = [(512, 3, 4096), (96, 2, 14336), (4096, 1, 4096)]
+#: and for the CUDA ones (no CPU kernel runs them), a whole 4096 x 14336 layer: 9 tokens are a pass
+#: of 8 and a pass of 1
+K_QUANT_CUDA_LLM_SHAPES = [(4096, 1, 14336), (4096, 9, 14336)]
+K_QUANT_PARAMS = [p for p in KERNEL_PARAMS if qk.KERNELS[p.values[0]].wfmt in ("q4_k", "q6_k")]
+K_QUANT_SHAPE_PARAMS = [
+    pytest.param(p.values[0], *shape, marks=p.marks, id=f"{p.values[0]}-M{shape[0]}N{shape[1]}K{shape[2]}")
+    for p in K_QUANT_PARAMS
+    for shape in K_QUANT_LLM_SHAPES + (K_QUANT_CUDA_LLM_SHAPES if qk.KERNELS[p.values[0]].device == "cuda" else [])
+]
 
 
-@pytest.mark.parametrize("kernel", [p for p in KERNEL_PARAMS if qk.KERNELS[p.values[0]].afmt == "q8_k"])
-@pytest.mark.parametrize("M,N,K", K_QUANT_LLM_SHAPES, ids=[f"M{m}N{n}K{k}" for m, n, k in K_QUANT_LLM_SHAPES])
+@pytest.mark.parametrize("kernel,M,N,K", K_QUANT_SHAPE_PARAMS)
 def test_k_quant_kernels_on_llm_sizes(kernel, M, N, K):
     err, C, ref = check_kernel(kernel, M, N, K, "normal", seed=5)
     assert C.shape == (N, M)
@@ -183,3 +193,42 @@ def test_k_quant_reference_is_the_product_of_the_dequantized_operands(wfmt):
     assert R.nmse(ref, exact) < 1e-12
     with pytest.raises(ValueError, match="no W x Q8_K reference"):
         R.gemm_wk_aq8_k(Aq, F.quantize(W, "q8_0"), "q8_0")
+
+
+@pytest.mark.parametrize("kernel", [k.name for k in qk.kernels(device="cuda") if k.wfmt in ("q4_k", "q6_k")])
+def test_k_quant_cuda_kernels_refuse_a_k_that_is_not_whole_super_blocks(kernel):
+    """W holds whole super-blocks, so its K is a multiple of 256; an A of another K (here 288, a
+    multiple of 32) and a W row of partial blocks are refused with a ValueError before any launch."""
+    k = qk.KERNELS[kernel]
+    W = torch.zeros(4, F.SPECS[k.wfmt].block_bytes, dtype=torch.uint8)  # K = 256
+    with pytest.raises(ValueError, match="disagree on K"):
+        qk.gemm(torch.zeros(1, 288), W, kernel)
+    with pytest.raises(ValueError, match=f"not a whole number of {k.wfmt} blocks"):
+        qk.gemm(torch.zeros(1, 256), W[:, :-2].contiguous(), kernel)
+
+
+NVCC = shutil.which("nvcc")
+K_QUANT_CUDA_FILES = sorted({k.source for k in qk.kernels(device="cuda") if k.wfmt in ("q4_k", "q6_k")})
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("src", K_QUANT_CUDA_FILES, ids=lambda p: p.parent.name + "/" + p.name)
+def test_k_quant_cuda_step_files_compile_without_warnings(src, arch, tmp_path):
+    """Compile only (no GPU needed): the step file alone includes CUDA headers and ours, no torch,
+    so nvcc builds it here; any warning fails (host warnings too, -Wall)."""
+    cmd = [
+        NVCC,
+        "-std=c++17",
+        "-O3",
+        f"-arch={arch}",
+        "-Xcompiler",
+        "-Wall",
+        "-c",
+        str(src),
+        "-o",
+        str(tmp_path / "x.o"),
+    ]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    assert "warning" not in (p.stdout + p.stderr).lower(), p.stdout + p.stderr

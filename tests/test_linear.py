@@ -15,7 +15,7 @@ import torch
 import quantgemm_kernels as qk
 from quantgemm_kernels import formats as F
 from quantgemm_kernels import reference as R
-from quantgemm_kernels.testing import make_values
+from quantgemm_kernels.testing import make_values, quantize_weights
 
 from conftest import DEVICES, ROOT, kernel_param
 
@@ -73,7 +73,7 @@ def test_every_weight_format_through_gemm(kernel):
     M, N, K = 40, 3, 4 * F.SPECS[k.wfmt].block_size
     W = make_values((M, K), "normal", seed=1)
     A = make_values((N, K), "normal", seed=2)
-    Wq = qk.QTensor.quantize(torch.from_numpy(W).to(k.device), k.wfmt)
+    Wq = qk.QTensor(quantize_weights(torch.from_numpy(W).to(k.device), k.wfmt), k.wfmt)
     assert Wq.shape == (M, K) and Wq.fmt == k.wfmt
     C = qk.gemm(torch.from_numpy(A).to(k.device), Wq, k.name).cpu().numpy()
     want = R.gemm_f32(A, F.dequantize(Wq.data.cpu().numpy(), k.wfmt))
@@ -106,7 +106,7 @@ def test_linear_matches_the_kernel_it_picks(wfmt, device, lead):
     if not qk.kernels(device=device, wfmt=wfmt):
         pytest.skip(f"no {device} kernel reads {wfmt} yet")
     M, K = 72, 3 * F.SPECS[wfmt].block_size
-    Wq = qk.QTensor.quantize(torch.randn(M, K, device=device), wfmt)
+    Wq = qk.QTensor(quantize_weights(torch.randn(M, K, device=device), wfmt), wfmt)
     x = torch.randn(*lead, K, device=device)
     y = qk.linear(x, Wq)
     assert y.shape == (*lead, M)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 import quantgemm_kernels as qk
 from quantgemm_kernels import formats as F
 from quantgemm_kernels import reference as R
-from quantgemm_kernels.testing import KERNEL_NMSE, k_step
+from quantgemm_kernels.testing import KERNEL_NMSE, k_step, quantize_weights
 
 from conftest import runs_here
 from ggml_ref import GGUF_QUANTIZERS, ggml_quantize, gguf_quantize
@@ -74,7 +74,7 @@ def test_every_kernel_matches_reference_on_random_problems(kernel, M, N, nb, see
     A = (rng.standard_normal((N, K)) * scale).astype(np.float32)
     W = rng.standard_normal((M, K)).astype(np.float32)
     Wt = torch.from_numpy(W).to(k.device)
-    Wk = Wt if k.wfmt == "f32" else qk.quantize(Wt, k.wfmt)
+    Wk = Wt if k.wfmt == "f32" else quantize_weights(Wt, k.wfmt)
     C = qk.gemm(torch.from_numpy(A).to(k.device), Wk, kernel).cpu().numpy()
     ref = R.gemm(A, W if k.wfmt == "f32" else Wk.cpu().numpy(), k.wfmt, k.afmt, k.q8_1_sum, k.q4_0_formula)
     assert R.nmse(C, ref) <= KERNEL_NMSE

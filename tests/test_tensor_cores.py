@@ -11,7 +11,7 @@ import torch
 
 import quantgemm_kernels as qk
 from quantgemm_kernels import reference as R
-from quantgemm_kernels.testing import KERNEL_NMSE, check_kernel
+from quantgemm_kernels.testing import KERNEL_NMSE, check_kernel, quantize_weights, shape_for
 
 from conftest import kernel_param, requires_cuda
 
@@ -23,8 +23,9 @@ def test_chapter_6_kernels_are_registered_as_fused():
     assert FUSED, "chapter 6 registers its kernels"
     for name in FUSED:
         k = qk.KERNELS[name]
-        # chapter 7 adds Q4_1 weights to chapter 6's decode step
-        assert k.device == "cuda" and k.afmt == "q8_1" and (k.chapter == 6 or (k.chapter, k.wfmt) == (7, "q4_1"))
+        # chapter 7 adds Q4_1 weights to chapter 6's decode step, chapter 8 the K-quants' decode kernels
+        assert k.device == "cuda" and k.afmt == "q8_1"
+        assert k.chapter == 6 or (k.chapter, k.wfmt) in ((7, "q4_1"), (8, "q4_k"), (8, "q6_k"))
 
 
 @pytest.mark.parametrize("kernel", FUSED)
@@ -56,7 +57,7 @@ def test_non_finite_activations_give_nan_for_their_token_only(kernel, bad):
     A = rng.standard_normal((5, 512)).astype(np.float32)
     W = rng.standard_normal((19, 512)).astype(np.float32)
     A[2, 300] = bad
-    Wq = qk.quantize(torch.from_numpy(W).cuda(), k.wfmt)
+    Wq = quantize_weights(torch.from_numpy(W).cuda(), k.wfmt)
     C = qk.gemm(torch.from_numpy(A).cuda(), Wq, kernel).cpu().numpy()
     assert np.isnan(C[2]).all(), "the token holding a non-finite value gives NaN everywhere"
     ok = [0, 1, 3, 4]
@@ -70,7 +71,7 @@ def test_fused_kernels_are_deterministic_on_a_large_shape(kernel):
     k = qk.KERNELS[kernel]
     g = torch.Generator().manual_seed(0)
     A = torch.randn(8 if "decode" in kernel else 200, 4096, generator=g).cuda()
-    Wq = qk.quantize(torch.randn(1000, 4096, generator=g).cuda(), k.wfmt)
+    Wq = quantize_weights(torch.randn(1000, 4096, generator=g).cuda(), k.wfmt)
     C1, C2 = qk.gemm(A, Wq, kernel), qk.gemm(A, Wq, kernel)
     assert torch.equal(C1, C2)
 
@@ -156,7 +157,13 @@ def test_every_chapter_6_kernel_but_a_ladder_step_offers_the_sum_x_mode():
     assert {k.name for k in SUM_X} == {
         n for n in FUSED if n not in ("cuda_q4_0_q8_1_decode_fused", "cuda_q8_0_q8_1_mma")
     }
-    assert {k.name for k in DECODE_SUM_X} == {"cuda_q4_0_q8_1_decode", "cuda_q8_0_q8_1_decode", "cuda_q4_1_q8_1_decode"}
+    assert {k.name for k in DECODE_SUM_X} == {
+        "cuda_q4_0_q8_1_decode",
+        "cuda_q8_0_q8_1_decode",
+        "cuda_q4_1_q8_1_decode",
+        "cuda_q4_k_q8_1_decode",
+        "cuda_q6_k_q8_1_decode",
+    }
     assert all(k.fused_quant for k in SUM_X)
 
 
@@ -178,8 +185,9 @@ def test_sum_x_mode_computes_with_ggml_cudas_activation_bytes(kernel, dist, M, N
     from quantgemm_kernels.testing import kernel_inputs
 
     k = qk.KERNELS[kernel]
+    M, N, K = shape_for(k, M, N, K)  # K x 8 for the K-quant kernels (whole super-blocks)
     A, W = kernel_inputs(k, M, N, K, dist, seed=M + K)
-    At, Wq = torch.from_numpy(A).cuda(), qk.quantize(torch.from_numpy(W).cuda(), k.wfmt)
+    At, Wq = torch.from_numpy(A).cuda(), quantize_weights(torch.from_numpy(W).cuda(), k.wfmt)
     C = qk.gemm(At, Wq, kernel, q8_1_sum="sum_x").cpu().numpy()
     Aq = F.quantize(A, "q8_1", q8_1_sum="sum_x")
     ref = R.gemm_wq_aq8_1(Aq, Wq.cpu().numpy(), k.wfmt, q4_0_formula=k.q4_0_formula)

@@ -5,6 +5,9 @@
     python tools/sanitize_driver.py kernels            every CUDA kernel of KERNELS on SANITIZE_SHAPES,
                                                        the CUDA quantizers, the appendix B loads,
                                                        appendix C's conv1d + SiLU kernel
+    python tools/sanitize_driver.py kernels --only q4_k,q6_k
+                                                       only the CUDA kernels whose name contains one
+                                                       of the comma-separated strings (nothing else)
     python tools/sanitize_driver.py planted-misaligned a 32-bit load at a 2-byte-aligned address
     python tools/sanitize_driver.py planted-uninit     a kernel reading memory nobody wrote
 
@@ -28,7 +31,7 @@ import quantgemm_kernels as qk  # noqa: E402
 from quantgemm_kernels import formats as F  # noqa: E402
 from quantgemm_kernels.appendices import misaligned as mis  # noqa: E402
 from quantgemm_kernels.appendices import simulation as sim  # noqa: E402
-from quantgemm_kernels.testing import KERNEL_NMSE, SANITIZE_SHAPES, check_kernel  # noqa: E402
+from quantgemm_kernels.testing import KERNEL_NMSE, SANITIZE_SHAPES, check_kernel, shape_for  # noqa: E402
 
 
 def _need_cuda() -> None:
@@ -37,13 +40,20 @@ def _need_cuda() -> None:
         sys.exit(2)
 
 
-def calls() -> list[str]:
+def _selected(only: list[str] | None) -> list:
+    """The CUDA kernels to call: all, or those whose name contains one of ``only``."""
+    return [k for k in qk.kernels(device="cuda") if not only or any(s in k.name for s in only)]
+
+
+def calls(only: list[str] | None = None) -> list[str]:
     names = [
         f"{k.name} M={m} N={n} K={kk}"
-        for k in qk.kernels(device="cuda")
+        for k in _selected(only)
         if not torch.cuda.is_available() or k.runs_on(torch.cuda.get_device_capability())
-        for (m, n, kk) in SANITIZE_SHAPES
+        for (m, n, kk) in (shape_for(k, *s) for s in SANITIZE_SHAPES)
     ]
+    if only:
+        return names
     names += [f"quantize/dequantize {fmt} on cuda" for fmt in F.FORMATS]
     names += [f"misaligned_demo {mode}" for mode in mis.LEGAL_MODES]
     names += [f"conv1d_silu_int8 {c}" for c in CONV1D_CASES]
@@ -60,19 +70,21 @@ CONV1D_CASES = [
 ]
 
 
-def run_kernels() -> int:
+def run_kernels(only: list[str] | None = None) -> int:
     _need_cuda()
     bad, n_calls, t0 = [], 0, time.perf_counter()
-    for k in qk.kernels(device="cuda"):
+    for k in _selected(only):
         if not k.runs_on(torch.cuda.get_device_capability()):
             print(f"skip {k.name}: runs on compute capability {k.min_sm} to {k.max_sm}", flush=True)
             continue
-        for M, N, K in SANITIZE_SHAPES:
+        for M, N, K in (shape_for(k, *s) for s in SANITIZE_SHAPES):  # K x 8 for the K-quants
             err, C, _ = check_kernel(k, M, N, K, "normal", seed=M + N + K)
             n_calls += 1
             if not err <= KERNEL_NMSE:
                 bad.append(f"{k.name} M={M} N={N} K={K}: NMSE {err:.3g}")
         print(f"ok  {k.name}", flush=True)
+    if only:
+        return _report(bad, n_calls, t0)
     for fmt in (f for f, spec in F.SPECS.items() if spec.cuda):  # formats with CUDA quantizers
         x = torch.randn(5, 3 * F.SPECS[fmt].block_size, generator=torch.Generator().manual_seed(0))
         q = qk.quantize(x.cuda(), fmt)
@@ -104,6 +116,10 @@ def run_kernels() -> int:
             if return_float and not sim.same_bits(out[1].cpu(), want_z):
                 bad.append(f"conv1d_silu_int8 {case}: z differs from the simulation")
     print("ok  conv1d_silu_int8", flush=True)
+    return _report(bad, n_calls, t0)
+
+
+def _report(bad: list[str], n_calls: int, t0: float) -> int:
     torch.cuda.synchronize()
     for b in bad:
         print("MISMATCH", b, flush=True)
@@ -131,15 +147,16 @@ def planted_uninit() -> int:
 
 def main(argv) -> int:
     cmd = argv[1] if len(argv) > 1 else "kernels"
+    only = argv[3].split(",") if len(argv) > 3 and argv[2] == "--only" else None
     if cmd == "build":
         _need_cuda()
         print("sanitize_driver: CUDA kernels built")
         return 0
     if cmd == "list":
-        print("\n".join(calls()))
+        print("\n".join(calls(only)))
         return 0
     if cmd == "kernels":
-        return run_kernels()
+        return run_kernels(only)
     if cmd == "planted-misaligned":
         return planted_misaligned()
     if cmd == "planted-uninit":
