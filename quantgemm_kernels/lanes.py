@@ -417,7 +417,7 @@ def launch(kernel: str, M: int = 4096, N: int = 1, K: int = 14336) -> list[dict]
     for n0 in range(0, N, 8):
         T = min(8, N - n0)
         R = 2 if T == 1 else (4 if T <= 4 else 8)
-        U = 4 if T == 1 else (2 if T <= 3 else 1)
+        U = 1 if T == 1 else (2 if T <= 3 else 1)
         out.append({"grid": (-(-M // R), 1), "block": (128, 1), "kernel": f"q4_0_f32_decode_kernel<{R}, {U}, {T}>"})
     return out
 
@@ -591,8 +591,17 @@ def shared_requests(kernel: str, pad: bool = True, warp: int = 0, k: int = 0) ->
             raise ValueError(f"k must be in 0..31, got {k}")
         p = 33 if pad else 32
         out += [SharedRequest(n, "store", 4, 4 * (ty * p + tx)) for n in ("As[ty][tx]", "Ws[ty][tx]")]
-        out.append(SharedRequest("As[ty][k]", "load", 4, one + 4 * (ty * p + k), 32))
-        out.append(SharedRequest("Ws[tx][k]", "load", 4, 4 * (tx * p + k), 32))
+        if pad:
+            out.append(SharedRequest("As[ty][k]", "load", 4, one + 4 * (ty * p + k), 32))
+            out.append(SharedRequest("Ws[tx][k]", "load", 4, 4 * (tx * p + k), 32))
+        else:
+            # Rows of 32 floats start 16-byte aligned, and ptxas merges the loop's loads of four
+            # consecutive k into one 16-byte load (LDS.128): 8 per K step instead of 32. Seen in
+            # the unpadded build of chapter 1's kernel (tools/bank_conflicts: its SASS and Nsight
+            # Compute's counts); with the padding the rows are only 4-byte aligned.
+            k4 = k - k % 4
+            out.append(SharedRequest("As[ty][k]", "load", 16, one + 4 * (ty * p + k4), 8))
+            out.append(SharedRequest("Ws[tx][k]", "load", 16, 4 * (tx * p + k4), 8))
     elif m.kind == "tiled_q8_1" and m.file.endswith("2_tiled.cu"):
         qs = 16 if m.wfmt == "q4_0" else 32
         if not 0 <= k < 16:
@@ -642,45 +651,48 @@ def shared_requests(kernel: str, pad: bool = True, warp: int = 0, k: int = 0) ->
 
 
 def bank_table(kernel: str, warp: int = 0) -> list[dict]:
-    """Per shared-memory request of one K step of ``kernel``: wavefronts with the padding and
-    without, times the times per step the warp issues it, at every iteration of the inner loop."""
+    """Per shared-memory request of one K step of ``kernel``: its bytes per lane, how many times per
+    step the warp issues it and the wavefronts each takes (the mean over the inner loop's
+    iterations), with the padding (``padded``) and without (``unpadded``). Without the padding
+    the compiler may issue a request wider and fewer times (:func:`shared_requests`)."""
     rows = {}
     n_k = {"tiled": 32}.get(_model(kernel).kind, 16 if kernel.endswith("_q8_1_tiled") else 4)
     for k in range(n_k):
-        for pad in (True, False):
+        for key, pad in (("padded", True), ("unpadded", False)):
             for r in shared_requests(kernel, pad, warp, k):
-                row = rows.setdefault(r.array, {"request": r.array, "kind": r.kind, "width": r.width})
-                row["per_step"] = r.count
-                key = "padded" if pad else "unpadded"
-                row.setdefault(key, []).append(r.wavefronts())
+                row = rows.setdefault(r.array, {"request": r.array, "kind": r.kind})
+                row[key] = {"width": r.width, "per_step": r.count}
+                row.setdefault(key + "_wavefronts", []).append(r.wavefronts())
     out = []
     for row in rows.values():
-        n = len(row["padded"])  # the mean over the inner loop's iterations
-        per = row["per_step"]
-        out.append(
-            {
-                "request": row["request"],
-                "kind": row["kind"],
-                "width": row["width"],
-                "per_step": per,
-                "padded": sum(row["padded"]) / n,
-                "unpadded": sum(row["unpadded"]) / n,
-            }
-        )
+        entry = {"request": row["request"], "kind": row["kind"]}
+        for key in ("padded", "unpadded"):
+            waves = row[key + "_wavefronts"]
+            entry[key] = {**row[key], "wavefronts": sum(waves) / len(waves)}
+        out.append(entry)
     return out
 
 
+def bank_totals(kernel: str, warp: int = 0) -> dict[str, float]:
+    """Shared-memory wavefronts per warp and K step of ``kernel`` (stores and loads), with the
+    padding and without: the bank model's counts, comparable with Nsight Compute's
+    ``l1tex__data_pipe_lsu_wavefronts_mem_shared`` per warp and K step."""
+    rows = bank_table(kernel, warp)
+    return {key: sum(r[key]["per_step"] * r[key]["wavefronts"] for r in rows) for key in ("padded", "unpadded")}
+
+
 def format_bank_table(kernel: str, warp: int = 0) -> str:
-    """:func:`bank_table` as text, with the totals per K step."""
+    """:func:`bank_table` as text (bytes per lane x requests per K step, wavefronts per request),
+    with the totals per K step."""
     rows = bank_table(kernel, warp)
     out = [f"{kernel}, warp ty = {warp}: wavefronts per request (32 banks x 4 bytes); padded: {PADDED[kernel]}"]
-    out.append(f"{'request':22s} {'':5s} {'bytes':>5s} {'per step':>8s} {'padded':>7s} {'unpadded':>8s}")
-    tot = [0.0, 0.0]
+    out.append(f"{'request':22s} {'':5s} {'padded: B x n':>14s} {'waves':>6s} {'unpadded: B x n':>16s} {'waves':>6s}")
     for r in rows:
+        p, u = r["padded"], r["unpadded"]
         out.append(
-            f"{r['request']:22s} {r['kind']:5s} {r['width']:5d} {r['per_step']:8d} {r['padded']:7.1f} {r['unpadded']:8.1f}"
+            f"{r['request']:22s} {r['kind']:5s} {p['width']:>7d} x {p['per_step']:<4d} {p['wavefronts']:6.1f}"
+            f" {u['width']:>9d} x {u['per_step']:<4d} {u['wavefronts']:6.1f}"
         )
-        tot[0] += r["per_step"] * r["padded"]
-        tot[1] += r["per_step"] * r["unpadded"]
-    out.append(f"{'wavefronts per K step':22s} {'':5s} {'':5s} {'':8s} {tot[0]:7.0f} {tot[1]:8.0f}")
+    tot = bank_totals(kernel, warp)
+    out.append(f"{'wavefronts per K step':22s} {'':5s} {'':>14s} {tot['padded']:6.0f} {'':>16s} {tot['unpadded']:6.0f}")
     return "\n".join(out)

@@ -17,11 +17,14 @@
 //  * Enough bytes in flight. Little's law: bytes in flight = bandwidth x latency. An H100 (3.35
 //    TB/s, some 600 to 800 ns from load to data under load) needs about 2.3 MB in flight, 18 KB per
 //    SM (132 SMs); an H200 (4.8 TB/s) about 3.4 MB, 26 KB per SM. A warp issues the loads of U steps
-//    of its R rows before it uses any (part 1 of batch()): at N = 1, R = 2 rows and U = 4 steps,
-//    1152 bytes of W per warp (24 loads per lane, 3 per row and step); 48 registers per
-//    thread let 10 CTAs of 4 warps share an SM, 40 warps and 45 KB of weights per SM when all are
-//    waiting on loads. A CTA's four warps take interleaved steps of its R rows (warp w steps w,
-//    w + 4, ...) and add their sums in shared memory, in a fixed order.
+//    of its R rows before it uses any (part 1 of batch()): at N = 1, R = 2 rows and U = 1 step,
+//    288 bytes of W per warp (6 loads per lane, 3 per row); at 32 registers per thread 16 CTAs of
+//    4 warps share an SM, 64 warps and 18 KB of weights per SM when all are waiting on loads, and
+//    the 2048 CTAs of M = 4096 all fit at once (16 x 132 = 2112 slots). More steps per warp (U = 4:
+//    48 registers, 10 CTAs, 45 KB per SM, 1.55 waves) measured 8 % slower: bytes in flight come as
+//    well from more warps as from more loads per warp, and more warps also leave no last wave.
+//    A CTA's four warps take interleaved steps of its R rows (warp w steps w, w + 4, ...) and add
+//    their sums in shared memory, in a fixed order.
 //  * Activations reused across rows, no int -> float conversions. Each float4 of A serves the CTA's
 //    R rows (more rows for more tokens: launch_tokens); a nibble becomes a float with one byte
 //    permute and one subtraction (the float with bits 0x4B0000nn is 2^23 + nn exactly), not the
@@ -30,7 +33,7 @@
 // order: the result does not depend on timing (deterministic).
 // Why it is faster than 03_w4a16/2_tiled.cu: at N = 1 the tiled kernel computes 32 token rows of
 // which 31 are empty, with two barriers per 32 values and 18 bytes of weights per warp step in
-// flight; this kernel does no wasted work and keeps over a kilobyte of weights per warp in flight.
+// flight; this kernel does no wasted work and keeps 18 KB of weights per SM in flight.
 // What it still lacks:
 //  * Loads that are wide where it matters. The 16-bit weight loads and the float32 activations both
 //    go through L1: per 8 blocks of a row, three weight instructions touching 2 or 3 lines, and per
@@ -39,10 +42,6 @@
 //    need the blocks realigned (chapter 6's decode kernel copies 8-block units, 144 B = 9 x 16 B,
 //    with cp.async), fewer activation bytes need them quantized (chapter 4: Q8_1, 36 B per block
 //    against float32's 128).
-//  * A grid cut to the GPU. At M = 4096 and N = 1 the 2048 CTAs are 1.55 waves of 10 CTAs per SM
-//    (132 SMs): for the last part of the run some SMs have nothing left to do. The launcher does not
-//    size the work to fill whole waves (with U = 1, 32 registers and 16 CTAs per SM, all 2048 fit
-//    at once: tools/ch3_decode's harness times both).
 //  * Tokens are a loop: N is cut into passes of T <= 8 tokens (the accumulators stay in registers).
 //    A weight nibble is unpacked once per pass and used T times, but the activation loads grow with
 //    T and every pass reads W again: past a few tokens, tiled kernels that reuse W from shared
@@ -188,11 +187,12 @@ void launch_pass(const float* A, const block_q4_0* W, float* C, int M, int K, cu
 // A pass of T tokens. More tokens, more rows per CTA: every float4 of activations serves R rows,
 // and the activations' L1 traffic (T x 128 B per block, against the weights' 18) is what grows
 // with T. U falls as R x T grows, to stay within the registers. The choice per T is the fastest of
-// the (R, U) pairs measured at M = 4096, K = 14336 on an H100 (notes in the commit that set it).
+// the (R, U) pairs measured at M = 4096, K = 14336 on an H100 (tools/ch3_decode/variants.cu's table;
+// notes in the commits that set it).
 template <int T>
 void launch_tokens(const float* A, const block_q4_0* W, float* C, int M, int K, cudaStream_t stream) {
     constexpr int R = T == 1 ? 2 : (T <= 4 ? 4 : 8);
-    constexpr int U = T == 1 ? 4 : (T <= 3 ? 2 : 1);
+    constexpr int U = T == 1 ? 1 : (T <= 3 ? 2 : 1);
     launch_pass<R, U, T>(A, W, C, M, K, stream);
 }
 
