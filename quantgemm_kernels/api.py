@@ -320,6 +320,7 @@ class QTensor:
 #:     is when W's 128-row tiles fill the GPU). The decode kernel's time grows with N, the wgmma
 #:     kernel's hardly does until its tiles fill the GPU.
 #:   * 8.x: the same with the mma.sync kernel; older GPUs: chapter 4's vectorised DP4A kernel.
+#:   * Q4_1 (chapter 7): its decode kernel, then its mma.sync step on 8.x and 9.0 (no split-K kernel).
 #: On the CPU: chapter 4's SIMD kernel (f32 weights: chapter 1's blocked kernel; K-quants: chapter 8's).
 #: The thresholds below are read off the H100 sweep
 #: bench_results/nvidia-h100-80gb-hbm3/2026-11-24/sweep-143850.json (cold): with 32 row tiles
@@ -385,8 +386,13 @@ def pick_cuda_kernel(wfmt: str, N: int, M: int | None, cc: tuple[int, int], sms:
         names = [f"cuda_{wfmt}_q8_1_mma"]
     else:
         names = [f"cuda_{wfmt}_q8_1_vec_dp4a"]
-    # a format without a tensor-core kernel yet (Q4_1) keeps the decode kernel at every N: it takes
-    # any N, in passes of up to 8 tokens
+    # Q4_1 has the mma step (chapter 7) but no split-K kernel: on Hopper too it takes the mma step
+    # past the thresholds above.
+    # TO MEASURE (issue 23): those thresholds are Q4_0's crossover, decode against split-K wgmma;
+    # Q4_1's is decode against the mma step (32 CTAs for 132 SMs at M = 4096), not measured yet.
+    # tools/q4_1_mma/gpu_check.sh times both at N = 1, 8, 64, 512; a Q4_1 threshold belongs here.
+    # A format without a tensor-core kernel keeps the decode kernel at every N: it takes any N, in
+    # passes of up to 8 tokens.
     names += [f"cuda_{wfmt}_q8_1_decode"] if cc >= (8, 0) else []
     for name in names:
         if name in KERNELS and KERNELS[name].runs_on(cc):

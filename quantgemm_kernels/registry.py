@@ -518,6 +518,19 @@ _CUDA = [
         sum_x=True,
         file="06_decode_tensor_cores/2_decode.cu",
     ),
+    # chapter 7: Q4_1 weights through chapter 6's mma step (prefill)
+    Kernel(
+        "cuda_q4_1_q8_1_mma",
+        "cuda",
+        "q4_1",
+        "q8_1",
+        7,
+        "int8 tensor cores, 128x128 tiles, nibbles unpacked once per CTA; + m_w s_a per block",
+        fused_quant=True,
+        min_sm=(8, 0),
+        sum_x=True,
+        file="06_decode_tensor_cores/4_mma.cu",
+    ),
     # chapter 8: K-quant weights times Q8_1 activations, llama.cpp's CUDA pairing (MMVQ)
     Kernel(
         "cuda_q4_k_q8_1_decode",

@@ -282,7 +282,8 @@ def test_forward_matches_float64_reference(tiny):
 @pytest.mark.parametrize("with_q4_1", [False, True], ids=["q4_0+q8_0", "q4_1"])
 def test_cuda_forward_matches_float64_reference_and_its_cache(tmp_path, with_q4_1, monkeypatch):
     """The same model on the GPU (chapter 6's kernels through linear(); Q4_1 through the chapter-7
-    decode kernel): against the float64 reference as on the CPU, and its KV cache against the full pass.
+    decode kernel, and the prompt through its mma step): against the float64 reference as on the CPU,
+    and its KV cache against the full pass.
     For the cache, every pass runs the decode kernel (pick_kernel's thresholds raised): a token's
     output then has the same bits whatever the pass's N, whereas the full pass of the prompt would
     otherwise run the wgmma kernel, whose activation quantizer (MMQ's) rounds a few quants the other

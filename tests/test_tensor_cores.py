@@ -4,6 +4,8 @@ shapes and awkward values like every other kernel): the code paths only bigger s
 (float32 in, NaN out for non-finite activations instead of an error)."""
 
 import re
+import shutil
+import subprocess
 
 import numpy as np
 import pytest
@@ -233,7 +235,7 @@ def test_sum_x_mode_matches_llamacpps_cuda_mul_mat(kernel, shape):
     Wq = qk.quantize(W.cuda(), k.wfmt)
     ours = qk.gemm(A.cuda(), Wq, kernel, q8_1_sum="sum_x").cpu().numpy()
     theirs = llamacpp.ggml_mul_mat(Wq.cpu().numpy(), A.numpy(), k.wfmt, backend="cuda")
-    if k.wfmt == "q4_1":
+    if k.wfmt == "q4_1" and "decode" in k.name:  # (MMQ, the mma step's counterpart, keeps them in float32)
         # MMVQ's vec_dot_q4_1_q8_1_impl multiplies (d_w, m_w) by (d_a, s_a) with __hmul2 where the
         # GPU has fast fp16 (FAST_FP16_AVAILABLE): both products rounded to fp16. Ours keeps them in
         # float32. Emulating that rounding gives llama.cpp's numbers; ours differ by it alone.
@@ -253,6 +255,28 @@ def test_sum_x_mode_matches_llamacpps_cuda_mul_mat(kernel, shape):
         assert R.nmse(ours, theirs) <= 1e-5
         return
     assert R.nmse(ours, theirs) <= 1e-9
+
+
+#: LLM layer sizes for the Q4_1 prefill kernel: Llama-3-8B's down projection at prefill and a
+#: ragged batch, its up projection with 9 tokens; too big for the numpy reference ([N, M, K/32] integers)
+Q4_1_LLM_SHAPES = [(4096, 512, 14336), (4096, 77, 14336), (14336, 9, 4096)]
+
+
+@requires_cuda
+@pytest.mark.parametrize("kernel", [kernel_param(qk.KERNELS["cuda_q4_1_q8_1_mma"])])
+@pytest.mark.parametrize("M,N,K", Q4_1_LLM_SHAPES, ids=lambda v: str(v))
+def test_q4_1_mma_equals_the_decode_kernel_on_llm_sizes(kernel, M, N, K):
+    """At LLM sizes the Q4_1 mma step is checked against chapter 7's decode kernel, itself checked
+    against the reference on the ragged shapes: both quantize A to the same Q8_1 bytes (the
+    reference quantizer's) and add d_w d_a sumi + m_w s_a per block in float32, in other orders,
+    so they differ by float32 rounding only (NMSE ~1e-14; the threshold is testing.KERNEL_NMSE)."""
+    g = torch.Generator().manual_seed(M + N)
+    A, W = torch.randn(N, K, generator=g).cuda(), torch.randn(M, K, generator=g).cuda()
+    Wq = qk.quantize(W, "q4_1")
+    C = qk.gemm(A, Wq, kernel).cpu().double().numpy()
+    C_decode = qk.gemm(A, Wq, "cuda_q4_1_q8_1_decode").cpu().double().numpy()
+    assert np.isfinite(C).all()
+    assert R.nmse(C, C_decode) <= KERNEL_NMSE, f"NMSE {R.nmse(C, C_decode):.3g}"
 
 
 @requires_cuda
@@ -292,3 +316,27 @@ def test_mmq_mode_is_as_accurate_as_the_reference_quantizer(kernel, dist):
         assert not np.any(C)
     else:
         assert R.nmse(C, exact) <= 1.5 * R.nmse(C_ref_bytes, exact) + 1e-12
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_the_mma_step_file_compiles_without_warnings_for_q4_1_too(arch, tmp_path):
+    """Compile only (no GPU needed): 4_mma.cu, now with the Q4_1 policy (the min term in
+    mma_tile.cuh, the (d, s) pairs of mma.cuh's quantizer), builds alone for Ampere and Hopper with
+    no warning, host warnings too (-Wall)."""
+    src = qk.KERNELS["cuda_q4_1_q8_1_mma"].source
+    cmd = [
+        "nvcc",
+        "-std=c++17",
+        "-O3",
+        f"-arch={arch}",
+        "-Xcompiler",
+        "-Wall",
+        "-c",
+        str(src),
+        "-o",
+        str(tmp_path / "x.o"),
+    ]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    assert "warning" not in (p.stdout + p.stderr).lower(), p.stdout + p.stderr

@@ -39,12 +39,15 @@
 //
 // W8A8 (cuda_q8_0_q8_1_mma, below): the same kernel with WF = w_q8_0: 8 blocks are 272 B = 17 x 16
 // B, the quants need no unpacking and there is no compensation.
+// Chapter 7, Q4_1 (cuda_q4_1_q8_1_mma): WF = w_q4_1, 8 blocks are 160 B = 10 x 16 B; the nibbles are
+// unpacked as they are (0..15: no offset, and a plain int8 for the mma), and the min adds m_w s_a per
+// block and result, one more FMA, with s the activation block's sum (MMQ's, in the sum_x mode).
 // Grid: mma_tile.cuh's.
 #include "mma_tile.cuh"
 
 namespace gpu {
 namespace {
-// The weights as int8 values [row][block * 32 + k] (Q4_0: 16 (q - 8)), unpacked once per CTA;
+// The weights as int8 values [row][block * 32 + k] (Q4_0: 16 (q - 8), Q4_1: q), unpacked once per CTA;
 // the fragments come by ldmatrix.
 struct Unpacked {
     template <class WF>
@@ -59,6 +62,11 @@ struct Unpacked {
             dst[0] = make_uint4(q4_0_signed_lo(q[0]), q4_0_signed_lo(q[1]), q4_0_signed_lo(q[2]), q4_0_signed_lo(q[3]));
             dst[1] = make_uint4(q4_0_signed_hi(q[0]), q4_0_signed_hi(q[1]), q4_0_signed_hi(q[2]), q4_0_signed_hi(q[3]));
             tile.wd[b][wd_slot(r)] = d * (1.0f / 16);  // exact: the mma sums 16 (q - 8) a
+        } else if constexpr (has_min<WF>) {            // Q4_1: the nibbles as int8 0..15, in Q4_0's order
+            dst[0] = make_uint4(q[0] & 0x0F0F0F0Fu, q[1] & 0x0F0F0F0Fu, q[2] & 0x0F0F0F0Fu, q[3] & 0x0F0F0F0Fu);
+            dst[1] = make_uint4((q[0] >> 4) & 0x0F0F0F0Fu, (q[1] >> 4) & 0x0F0F0F0Fu, (q[2] >> 4) & 0x0F0F0F0Fu,
+                                (q[3] >> 4) & 0x0F0F0F0Fu);
+            tile.wd[b][wd_slot(r)] = d;  // the min: mma_tile.cuh stores it beside
         } else {
             dst[0] = make_uint4(q[0], q[1], q[2], q[3]);
             dst[1] = make_uint4(q[4], q[5], q[6], q[7]);
@@ -81,4 +89,8 @@ void cuda_q4_0_q8_1_mma(const GemmProblem& p, cudaStream_t stream) {
 
 void cuda_q8_0_q8_1_mma(const GemmProblem& p, cudaStream_t stream) {
     gpu::gemm_q8_1_mma<gpu::w_q8_0, gpu::Unpacked>(p, stream);
+}
+
+void cuda_q4_1_q8_1_mma(const GemmProblem& p, cudaStream_t stream) {
+    gpu::gemm_q8_1_mma<gpu::w_q4_1, gpu::Unpacked>(p, stream);
 }

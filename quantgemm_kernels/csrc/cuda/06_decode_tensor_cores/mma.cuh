@@ -2,7 +2,8 @@
 // activations are quantized first (quantize_q8_1_lane: llama.cpp's Q8_1 bytes and scales) into a
 // workspace laid out for the mma kernels: int8 quants [N][K] (16-byte copies) and float pairs (d, c
 // = -MAGIC_F * d) [N][K/32]. llama.cpp's MMQ does the same with its own q8_1_mmq layout (d only,
-// for Q4_0 and Q8_0 weights: s is not needed). Then mma_s8, one mma.sync.m16n8k32 on int8.
+// for Q4_0 and Q8_0 weights: s is not needed). Q4_1 weights (chapter 7) need s for their min term
+// m_w * s_a: for them the pairs are (d, s) instead. Then mma_s8, one mma.sync.m16n8k32 on int8.
 //
 // Integer to float for free: the mma adds its int32 accumulator input to the product, and
 // 0x4B400000 is the float 1.5 * 2^23. With that as the input, the result's bits are the float
@@ -12,6 +13,7 @@
 // had been converted first (block_dot below).
 #pragma once
 #include <algorithm>
+#include <cstddef>
 
 #include "../w_q8_1.cuh"
 
@@ -21,36 +23,54 @@ constexpr uint32_t MMA_MAGIC = 0x4B400000u;  // 1.5 * 2^23 as float bits
 constexpr float MMA_MAGIC_F = 12582912.0f;   // the same number as a float
 
 namespace {
+// MMQ's sum of a block's 32 floats (quantize_mmq_q8_1, the s it keeps for Q4_1 weights): 8 threads
+// of 4 values each add theirs in order, then sum over the 8 by xor shuffles (4, 2, 1). Here lane j
+// holds value j: lanes 4t gather their quad in that order and shuffle by 16, 8, 4; lane 0 has the
+// result. The same additions in the same order, so the same float.
+__device__ __forceinline__ float mmq_block_sum(float v) {
+    float s = __fadd_rn(v, __shfl_down_sync(QG_FULL_MASK, v, 1));
+    s = __fadd_rn(s, __shfl_down_sync(QG_FULL_MASK, v, 2));
+    s = __fadd_rn(s, __shfl_down_sync(QG_FULL_MASK, v, 3));
+#pragma unroll
+    for (int off = 16; off >= 4; off >>= 1) s = __fadd_rn(s, __shfl_xor_sync(QG_FULL_MASK, s, off));
+    return s;
+}
+
 // One warp per block; writes quants to qs [rows][K] and (d, -MMA_MAGIC_F * d) to ds [rows][K/32].
 // sum_mode Q8_1_S_SUM_X: MMQ's own activation quantizer (quantize_mmq_lane), d_fp16 as it keeps d.
 // With a float32 d (MMQ's for Q8_0 weights) c = -MMA_MAGIC_F * d needs 26 significant bits and is
 // rounded, which costs up to d/2 per block result; the binding therefore offers the mode to the
 // Q4_0 mma steps only (fp16 d). The wgmma steps scale by a power of two instead and take either.
+// with_sum (Q4_1 weights): (d, s) instead, s as the mode's quantizer has it: d * sum(q) rounded to
+// fp16 (the reference's), or MMQ's sum of x (mmq_block_sum) rounded to fp16, as MMQ keeps it for Q4_1.
 __global__ void mma_quantize_act_kernel(const float* __restrict__ x, int8_t* __restrict__ qs, float2* __restrict__ ds,
-                                        int64_t total, int sum_mode, bool d_fp16) {
+                                        int64_t total, int sum_mode, bool d_fp16, bool with_sum) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i - (threadIdx.x % 32) >= total) return;  // whole warps in or out (total % 32 == 0)
-    float d;
+    float d, s = 0.0f;
     if (sum_mode == Q8_1_S_SUM_X) {
         qs[i] = (int8_t)quantize_mmq_lane(x[i], d_fp16, d);
+        if (with_sum) s = scale_to_float(fp32_to_fp16(mmq_block_sum(x[i])));  // the whole warp shuffles
     } else {
         fp16_bits d16, s16;
         qs[i] = (int8_t)quantize_q8_1_lane(x[i], d16, s16);
         d = scale_to_float(d16);
-        (void)s16;  // the signed formula needs no s
+        s = scale_to_float(s16);  // read by Q4_1's min term only: the signed formula needs no s
     }
-    if (threadIdx.x % 32 == 0) ds[i / 32] = make_float2(d, -MMA_MAGIC_F * d);
+    if (threadIdx.x % 32 == 0) ds[i / 32] = make_float2(d, with_sum ? s : -MMA_MAGIC_F * d);
 }
 }  // namespace
 
-// p.A (float32 [N, K]) -> p.workspace (act_workspace_bytes in gemm.h): quants, then (d, c).
-// d_fp16: how MMQ keeps d in p.q8_1_sum_mode's MMQ mode (Q4_0 weights: fp16; Q8_0: float32).
-inline void mma_quantize_acts(const GemmProblem& p, cudaStream_t stream, int8_t*& aq, float2*& ads, bool d_fp16) {
+// p.A (float32 [N, K]) -> p.workspace (act_workspace_bytes in gemm.h): quants, then (d, c), or
+// (d, s) with with_sum. d_fp16: how MMQ keeps d in p.q8_1_sum_mode's MMQ mode (Q4_0 and Q4_1
+// weights: fp16; Q8_0: float32).
+inline void mma_quantize_acts(const GemmProblem& p, cudaStream_t stream, int8_t*& aq, float2*& ads, bool d_fp16,
+                              bool with_sum = false) {
     const int64_t total = (int64_t)p.N * p.K;
     aq = (int8_t*)p.workspace;
     ads = (float2*)(aq + ((total + 15) / 16) * 16);
     mma_quantize_act_kernel<<<(unsigned)((total + 255) / 256), 256, 0, stream>>>((const float*)p.A, aq, ads, total,
-                                                                                 p.q8_1_sum_mode, d_fp16);
+                                                                                 p.q8_1_sum_mode, d_fp16, with_sum);
 }
 
 // D = A (16 x 32, rows) * B (32 x 8, columns) + c in every element of the accumulator input.
@@ -134,8 +154,8 @@ struct RawPart {
 };
 
 // Part PART of a row, copied as RawPart chunks (chunk(PART, c): its c-th 16 bytes): store(b, d, q)
-// for each of its blocks (b: block in the step, d: scale, q: quant words). After unrolling every
-// offset is a constant.
+// for each of its blocks (b: block in the step, d: scale, q: quant words), store(b, d, q, m) for a
+// format with a min m (Q4_1: d, m, then the quants). After unrolling every offset is a constant.
 template <class WF, int KB, int PARTS, int PART, class Chunk, class Store>
 __device__ __forceinline__ void mma_unpack_part(Chunk& chunk, Store& store) {
     using RP = RawPart<WF, KB, PARTS>;
@@ -149,14 +169,18 @@ __device__ __forceinline__ void mma_unpack_part(Chunk& chunk, Store& store) {
         u[4 * c + 3] = v.w;
     }
     u[RP::CHUNKS * 4] = 0;
+    constexpr int QS = (int)offsetof(typename WF::block, qs);  // the quants' first byte: 2, Q4_1 4
+    auto half_at = [&](int off) { return scale_to_float((fp16_bits)(u[off >> 2] >> (8 * (off & 3)))); };  // off even
 #pragma unroll
     for (int i = 0; i < RP::BPP; i++) {
         const int off = RP::skew(PART) + i * RP::B;  // the block's first byte (its fp16 scale; even)
-        const fp16_bits d16 = (fp16_bits)(u[off >> 2] >> (8 * (off & 3)));
         uint32_t q[WF::qs_words];
 #pragma unroll
-        for (int j = 0; j < WF::qs_words; j++) q[j] = (uint32_t)word_at(u, off + 2 + 4 * j);
-        store(PART * RP::BPP + i, scale_to_float(d16), q);
+        for (int j = 0; j < WF::qs_words; j++) q[j] = (uint32_t)word_at(u, off + QS + 4 * j);
+        if constexpr (has_min<WF>)
+            store(PART * RP::BPP + i, half_at(off), q, half_at(off + 2));
+        else
+            store(PART * RP::BPP + i, half_at(off), q);
     }
 }
 
@@ -186,7 +210,11 @@ __device__ __forceinline__ void mma_unpack_weights(Chunk chunk, const typename W
         const int b = part * RP::BPP + i, kb = s * KB + b;
         uint32_t q[WF::qs_words];
         for (int j = 0; j < WF::qs_words; j++) q[j] = kb < nb ? (uint32_t)load_int_b2(wrow[kb].qs, j) : 0u;
-        store(b, kb < nb ? scale_to_float(wrow[kb].d) : 0.0f, q);
+        const float d = kb < nb ? scale_to_float(wrow[kb].d) : 0.0f;
+        if constexpr (has_min<WF>)
+            store(b, d, q, kb < nb ? scale_to_float(wrow[kb].m) : 0.0f);
+        else
+            store(b, d, q);
     }
 }
 

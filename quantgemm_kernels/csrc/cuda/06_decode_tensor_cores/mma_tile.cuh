@@ -3,8 +3,8 @@
 // CTA tiles of int8 mma.sync m16n8k32 (mma.cuh: the signed-nibble formula, the magic-number
 // conversion), 8 warps of 64 x 32 outputs, K in steps of 8 blocks, double-buffered.
 //  * Every thread stages: all copies are cp.async, issued during a K step for the next one, one
-//    kind at a time (blocks 0, 2, 4: the copy queue is short). Weights: the 144 (Q4_0) or 272
-//    (Q8_0) bytes of 8 blocks of a row, as two halves of 5 or 9 chunks of 16 B, into a raw buffer
+//    kind at a time (blocks 0, 2, 4: the copy queue is short). Weights: the 144 (Q4_0), 160 (Q4_1)
+//    or 272 (Q8_0) bytes of 8 blocks of a row, as two halves of 5, 5 or 9 chunks of 16 B, into a raw buffer
 //    laid out [half][chunk][row] so that a warp's 32 copies (32 rows) hit distinct banks;
 //    activation quants 16 B; scales 4 B. At the step's end each thread stores the half row that it
 //    copied itself into the tile, in the layout's form (no barrier between its copy and its read),
@@ -18,6 +18,9 @@
 //    row tiles. Shared memory serves 128 bytes per cycle, and a 16-byte load of 32 lanes takes 4 of
 //    those passes even when 8 lanes share an address: loading c too would cost more than the FMUL.
 //  * The 8 blocks of a step are unrolled: every shared-memory offset is a constant.
+//  * Q4_1 (chapter 7): value = d q + m, so a block adds d_w d_a sumi + m_w s_a. The nibbles go to
+//    the mma as they are (0..15), and the min term is one more FMA per result and block, from two
+//    more scale tables (MinTerms: m_w beside d_w, the activations' s beside d), as in llama.cpp's MMQ.
 //
 // Shared memory: two tiles (weights in the layout's form, activation quants, both scales) and the
 // raw weight buffer. Registers: one CTA per SM (__launch_bounds__(256, 1)).
@@ -46,8 +49,18 @@ using Raw = RawPart<WF, KB, PARTS>;  // mma.cuh: the raw layout and unpacking th
 //   WL::w_row<WF>()                       bytes per weight row of the tile
 //   WL::store_block<WF>(tile, r, b, d, q)  block b of row r (scale d, quant words q) into the tile
 //   WL::load_a<WF>(af, cur, ...)           the mma A fragments of block b for this warp's 4 row tiles
+// Q4_1's min term: the weights' mins (in wd's order) and the activations' sums s (in ad's order).
+// Empty for the formats without a min.
+template <bool HAS_MIN>
+struct MinTerms {};
+template <>
+struct MinTerms<true> {
+    float wmin[KB][BM];        // weight mins m_w, rows in wd_slot order
+    float asum[KB][AD_PITCH];  // activation sums s [block][token]
+};
+
 template <class WF, class WL>
-struct Tile {  // one K step in shared memory
+struct Tile : MinTerms<has_min<WF>> {  // one K step in shared memory
     static constexpr int W_ROW = WL::template w_row<WF>();
     uint8_t w[BM][W_ROW];    // weights, as the layout keeps them
     uint8_t a[BN][ROW];      // activation quants [token][block * 32 + k]
@@ -107,13 +120,20 @@ __global__ void __launch_bounds__(THREADS, 1)
         for (int k = 0; k < BN * KB / THREADS; k++) {
             const int r = tid / KB + (THREADS / KB) * k;
             cp_async4_zfill(&tile.ad[b][r], src + 2 * (int64_t)min(n0 + r, N - 1) * nb, valid);
+            if constexpr (has_min<WF>)  // the pair's other 4 B: s
+                cp_async4_zfill(&tile.asum[b][r], src + 2 * (int64_t)min(n0 + r, N - 1) * nb + 1, valid);
         }
         cp_async_commit();
     };
     auto unpack_step = [&](Tile<WF, WL>& tile, int s) {  // this thread's part row, after its copies landed
-        mma_unpack_weights<WF, KB, PARTS>(
-            [&](int part, int c) { return raw[part][c][wr]; }, wrow, wp, s, nb, aligned,
-            [&](int b, float d, const uint32_t* q) { WL::template store_block<WF>(tile, wr, b, d, q); });
+        mma_unpack_weights<WF, KB, PARTS>([&](int part, int c) { return raw[part][c][wr]; }, wrow, wp, s, nb, aligned,
+                                          [&](int b, float d, const uint32_t* q, float m = 0.0f) {
+                                              if constexpr (has_min<WF>)
+                                                  tile.wmin[b][wd_slot(wr)] = m;
+                                              else
+                                                  (void)m;
+                                              WL::template store_block<WF>(tile, wr, b, d, q);
+                                          });
     };
 
     float acc[MT][NT][4] = {};
@@ -169,6 +189,20 @@ __global__ void __launch_bounds__(THREADS, 1)
             }
 #pragma unroll
             for (int j = 0; j < NT; j++) da[j] = *(const float2*)&cur.ad[b][wn + 8 * j + 2 * t];
+            float mw[MT][2];  // Q4_1: the min term's operands, loaded as dw and da are
+            float2 sa[NT];
+            if constexpr (has_min<WF>) {
+#pragma unroll
+                for (int i = 0; i < MT; i += 2) {
+                    const float4 v = *(const float4*)&cur.wmin[b][wm + 16 * i + 4 * g];
+                    mw[i][0] = v.x;
+                    mw[i][1] = v.y;
+                    mw[i + 1][0] = v.z;
+                    mw[i + 1][1] = v.w;
+                }
+#pragma unroll
+                for (int j = 0; j < NT; j++) sa[j] = *(const float2*)&cur.asum[b][wn + 8 * j + 2 * t];
+            }
 #pragma unroll
             for (int i = 0; i < MT; i++)
 #pragma unroll
@@ -180,6 +214,8 @@ __global__ void __launch_bounds__(THREADS, 1)
                         const float d_a = (r & 1) ? da[j].y : da[j].x;
                         const float dot = block_dot(d_a, -MMA_MAGIC_F * d_a, d[r]);  // the FMUL is shared by 2 tiles
                         acc[i][j][r] = fmaf(dw[i][r >> 1], dot, acc[i][j][r]);
+                        if constexpr (has_min<WF>)  // + m_w s_a, after the d term as in MMQ
+                            acc[i][j][r] = fmaf(mw[i][r >> 1], (r & 1) ? sa[j].y : sa[j].x, acc[i][j][r]);
                     }
                 }
         }
@@ -199,7 +235,8 @@ template <class WF, class WL>
 void gemm_q8_1_mma(const GemmProblem& p, cudaStream_t stream) {
     int8_t* aq;
     float2* ads;
-    mma_quantize_acts(p, stream, aq, ads, WF::offset == 8);  // Q4_0: MMQ keeps d in fp16
+    // Q4_0, Q4_1: MMQ keeps d in fp16; Q4_1 takes (d, s) pairs for its min term
+    mma_quantize_acts(p, stream, aq, ads, WF::offset == 8 || has_min<WF>, has_min<WF>);
     const size_t smem = 2 * sizeof(Tile<WF, WL>) + (size_t)BM * PARTS * Raw<WF>::CHUNKS * 16;
     cudaFuncSetAttribute(mma_kernel<WF, WL>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     mma_launch_slices<BN>(p, aq, ads, [&](const int8_t* aq_n, const float2* ads_n, float* C_n, int n) {
