@@ -373,7 +373,8 @@ def measure_shape(
     (side, N, regime)."""
     import torch
 
-    from . import api, llamacpp
+    from . import api, llamacpp, testing
+    from . import formats as F
     from .registry import KERNELS
 
     l2 = l2_bytes or gpu_info()["l2_bytes"]
@@ -383,11 +384,13 @@ def measure_shape(
     ops = torch.ops.quantgemm
     g = torch.Generator().manual_seed(seed)
     W = torch.randn(M, K, generator=g).cuda()
-    Wq = api.quantize(W, wfmt)
+    Wq = testing.quantize_weights(W, wfmt)  # K-quants: quantized on the CPU (no CUDA quantizer)
     wbytes = Wq.numel()
     Cq = copies_for(wbytes, l2)
     Wqs = [Wq] + [Wq.clone() for _ in range(Cq - 1)]
-    Wdeq = api.dequantize(Wq, wfmt).double()  # the reference's weights: the quantized values
+    on_gpu = F.SPECS[wfmt].cuda  # a CUDA dequantizer too
+    # the reference's weights: the quantized values
+    Wdeq = (api.dequantize(Wq, wfmt) if on_gpu else api.dequantize(Wq.cpu(), wfmt).cuda()).double()
     if cublas:
         W16 = Wdeq.to(torch.float16)
         C16 = copies_for(W16.numel() * 2, l2)
