@@ -175,7 +175,7 @@ def test_occupancy_table_from_the_record():
     by = {r["kernel"]: r for r in rows}
     assert by["cuda_f32_f32_naive"]["ctas"] == 32 and by["cuda_f32_f32_naive"]["sms_busy"] == 32
     d = by["cuda_q4_0_f32_decode"]
-    assert d["registers"] == 48 and d["ctas_per_sm"] == 10 and round(d["waves"], 2) == 1.55
+    assert d["registers"] == 32 and d["ctas_per_sm"] == 16 and round(d["waves"], 2) == 0.97  # Nsight Compute: 0.97
     assert all(r["spill_bytes"] == 0 for r in rows)
     assert lanes.format_occupancy_table(rows).count("\n") == len(rows)
 

@@ -46,6 +46,8 @@ BIG_SHAPES = [(300, 261, 512), (130, 300, 1056), (257, 9, 2048), (33, 17, 21760)
 @pytest.mark.parametrize("kernel", FUSED_HERE)
 @pytest.mark.parametrize("M,N,K", BIG_SHAPES, ids=[f"M{m}N{n}K{k}" for m, n, k in BIG_SHAPES])
 def test_fused_kernels_on_multi_tile_shapes(kernel, M, N, K):
+    if K % qk.formats.SPECS[qk.KERNELS[kernel].wfmt].block_size:
+        pytest.skip("K is not a whole number of this format's blocks (K-quants: 256); the list's other shapes are")
     err, C, ref = check_kernel(kernel, M, N, K, "normal", seed=K)
     assert err <= KERNEL_NMSE, f"{kernel} M={M} N={N} K={K}: NMSE {err:.3g}"
 
@@ -232,7 +234,7 @@ def test_sum_x_mode_matches_llamacpps_cuda_mul_mat(kernel, shape):
     k = qk.KERNELS[kernel]
     g = torch.Generator().manual_seed(K + N)
     A, W = torch.randn(N, K, generator=g), torch.randn(M, K, generator=g)
-    Wq = qk.quantize(W.cuda(), k.wfmt)
+    Wq = quantize_weights(W.cuda(), k.wfmt)
     ours = qk.gemm(A.cuda(), Wq, kernel, q8_1_sum="sum_x").cpu().numpy()
     theirs = llamacpp.ggml_mul_mat(Wq.cpu().numpy(), A.numpy(), k.wfmt, backend="cuda")
     if k.wfmt == "q4_1" and "decode" in k.name:  # (MMQ, the mma step's counterpart, keeps them in float32)
