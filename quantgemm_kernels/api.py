@@ -320,7 +320,8 @@ class QTensor:
 #:     is when W's 128-row tiles fill the GPU). The decode kernel's time grows with N, the wgmma
 #:     kernel's hardly does until its tiles fill the GPU.
 #:   * 8.x: the same with the mma.sync kernel; older GPUs: chapter 4's vectorised DP4A kernel.
-#:   * Q4_1 (chapter 7): its decode kernel, then its mma.sync step on 8.x and 9.0 (no split-K kernel).
+#:   * Q4_1 (chapter 7) and Q4_K (chapter 8): the decode kernel, then the mma.sync step on 8.x and 9.0
+#:     (no split-K kernel). Q6_K: its decode kernel at every N.
 #: On the CPU: chapter 4's SIMD kernel (f32 weights: chapter 1's blocked kernel; K-quants: chapter 8's).
 #: The thresholds below are read off the H100 sweep
 #: bench_results/nvidia-h100-80gb-hbm3/2026-11-24/sweep-143850.json (cold): with 32 row tiles
@@ -386,11 +387,12 @@ def pick_cuda_kernel(wfmt: str, N: int, M: int | None, cc: tuple[int, int], sms:
         names = [f"cuda_{wfmt}_q8_1_mma"]
     else:
         names = [f"cuda_{wfmt}_q8_1_vec_dp4a"]
-    # Q4_1 has the mma step (chapter 7) but no split-K kernel: on Hopper too it takes the mma step
-    # past the thresholds above.
+    # Q4_1 and Q4_K have the mma step (chapters 7 and 8) but no split-K kernel: on Hopper too they
+    # take the mma step past the thresholds above.
     # TO MEASURE (issue 23): those thresholds are Q4_0's crossover, decode against split-K wgmma;
-    # Q4_1's is decode against the mma step (32 CTAs for 132 SMs at M = 4096), not measured yet.
-    # tools/q4_1_mma/gpu_check.sh times both at N = 1, 8, 64, 512; a Q4_1 threshold belongs here.
+    # Q4_1's and Q4_K's are decode against the mma step (32 CTAs for 132 SMs at M = 4096), not
+    # measured yet. tools/q4_1_mma/gpu_check.sh times both at N = 1, 8, 64, 512 for Q4_1,
+    # tools/k_quants_cuda/mma_check.sh at N = 16, 64, 256, 512 for Q4_K; their thresholds belong here.
     # A format without a tensor-core kernel keeps the decode kernel at every N: it takes any N, in
     # passes of up to 8 tokens.
     names += [f"cuda_{wfmt}_q8_1_decode"] if cc >= (8, 0) else []

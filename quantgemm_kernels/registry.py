@@ -556,6 +556,19 @@ _CUDA = [
         sum_x=True,
         file="08_k_quants/1_decode.cu",
     ),
+    # chapter 8: Q4_K weights through chapter 6's mma step (prefill), as Q4_1's blocks of 32
+    Kernel(
+        "cuda_q4_k_q8_1_mma",
+        "cuda",
+        "q4_k",
+        "q8_1",
+        8,
+        "int8 tensor cores, 128x128 tiles, a super-block per K step unpacked into 8 blocks: d sc, -dmin m",
+        fused_quant=True,
+        min_sm=(8, 0),
+        sum_x=True,
+        file="06_decode_tensor_cores/4_mma.cu",
+    ),
 ]
 
 KERNELS: dict[str, Kernel] = {k.name: k for k in sorted(_CPU + _CUDA, key=lambda k: k.chapter)}

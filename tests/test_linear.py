@@ -142,9 +142,10 @@ def test_pick_kernel_on_the_cpu():
 def test_the_gpu_choice_follows_the_measured_crossovers():
     """api.pick_cuda_kernel without a GPU: on Hopper the decode kernel to N = 8 when W has few
     128-row tiles for the SMs (M = 4096: 32 tiles on 132 SMs) and to N = 5 otherwise, then the
-    split-K wgmma kernel; mma.sync on Ampere, DP4A before it; Q4_1 (no split-K kernel) the decode
-    kernel, then its mma.sync step, on Hopper too. The thresholds come from the H100 record api.py
-    cites (Q4_0's: Q4_1's own crossover is not measured yet)."""
+    split-K wgmma kernel; mma.sync on Ampere, DP4A before it; Q4_1 and Q4_K (no split-K kernel) the
+    decode kernel, then their mma.sync step, on Hopper too; Q6_K (no tensor-core kernel) the decode
+    kernel at every N. The thresholds come from the H100 record api.py cites (Q4_0's: Q4_1's and
+    Q4_K's own crossovers are not measured yet)."""
     from quantgemm_kernels import api
 
     pick = api.pick_cuda_kernel
@@ -157,6 +158,9 @@ def test_the_gpu_choice_follows_the_measured_crossovers():
     assert pick("q4_1", 1, 4096, *h100).name == "cuda_q4_1_q8_1_decode"
     assert pick("q4_1", 512, 4096, *h100).name == "cuda_q4_1_q8_1_mma"
     assert pick("q4_1", 64, 4096, (8, 0), 108).name == "cuda_q4_1_q8_1_mma"
+    assert pick("q4_k", 8, 4096, *h100).name == "cuda_q4_k_q8_1_decode"
+    assert pick("q4_k", 512, 4096, *h100).name == "cuda_q4_k_q8_1_mma"
+    assert pick("q6_k", 512, 4096, *h100).name == "cuda_q6_k_q8_1_decode"
     assert pick("q4_0", 64, 4096, (8, 0), 108).name == "cuda_q4_0_q8_1_mma"
     assert pick("q4_0", 1, 4096, (7, 5), 40).name == "cuda_q4_0_q8_1_vec_dp4a"
     with pytest.raises(ValueError, match="no CUDA kernel for q4_1 weights on compute capability 7.5"):

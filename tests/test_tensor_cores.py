@@ -259,24 +259,29 @@ def test_sum_x_mode_matches_llamacpps_cuda_mul_mat(kernel, shape):
     assert R.nmse(ours, theirs) <= 1e-9
 
 
-#: LLM layer sizes for the Q4_1 prefill kernel: Llama-3-8B's down projection at prefill and a
-#: ragged batch, its up projection with 9 tokens; too big for the numpy reference ([N, M, K/32] integers)
-Q4_1_LLM_SHAPES = [(4096, 512, 14336), (4096, 77, 14336), (14336, 9, 4096)]
+#: LLM layer sizes for the Q4_1 and Q4_K prefill kernels: Llama-3-8B's down projection at prefill
+#: and a ragged batch, its up projection with 9 tokens; too big for the numpy reference ([N, M, K/32]
+#: integers)
+MMA_LLM_SHAPES = [(4096, 512, 14336), (4096, 77, 14336), (14336, 9, 4096)]
+MMA_WITH_A_DECODE_TWIN = ["cuda_q4_1_q8_1_mma", "cuda_q4_k_q8_1_mma"]
 
 
 @requires_cuda
-@pytest.mark.parametrize("kernel", [kernel_param(qk.KERNELS["cuda_q4_1_q8_1_mma"])])
-@pytest.mark.parametrize("M,N,K", Q4_1_LLM_SHAPES, ids=lambda v: str(v))
-def test_q4_1_mma_equals_the_decode_kernel_on_llm_sizes(kernel, M, N, K):
+@pytest.mark.parametrize("kernel", [kernel_param(qk.KERNELS[n]) for n in MMA_WITH_A_DECODE_TWIN])
+@pytest.mark.parametrize("M,N,K", MMA_LLM_SHAPES, ids=lambda v: str(v))
+def test_q4_1_and_q4_k_mma_equal_their_decode_kernels_on_llm_sizes(kernel, M, N, K):
     """At LLM sizes the Q4_1 mma step is checked against chapter 7's decode kernel, itself checked
     against the reference on the ragged shapes: both quantize A to the same Q8_1 bytes (the
     reference quantizer's) and add d_w d_a sumi + m_w s_a per block in float32, in other orders,
-    so they differ by float32 rounding only (NMSE ~1e-14; the threshold is testing.KERNEL_NMSE)."""
+    so they differ by float32 rounding only (NMSE ~1e-14; the threshold is testing.KERNEL_NMSE).
+    The Q4_K mma step likewise against chapter 8's decode kernel: both add d sc_j d_a sumi and
+    -dmin m_j d_a sum(q_a) per block of 32 (the scale and min products exact in float32)."""
+    k = qk.KERNELS[kernel]
     g = torch.Generator().manual_seed(M + N)
     A, W = torch.randn(N, K, generator=g).cuda(), torch.randn(M, K, generator=g).cuda()
-    Wq = qk.quantize(W, "q4_1")
+    Wq = quantize_weights(W, k.wfmt)  # Q4_K: on the CPU
     C = qk.gemm(A, Wq, kernel).cpu().double().numpy()
-    C_decode = qk.gemm(A, Wq, "cuda_q4_1_q8_1_decode").cpu().double().numpy()
+    C_decode = qk.gemm(A, Wq, f"cuda_{k.wfmt}_q8_1_decode").cpu().double().numpy()
     assert np.isfinite(C).all()
     assert R.nmse(C, C_decode) <= KERNEL_NMSE, f"NMSE {R.nmse(C, C_decode):.3g}"
 
@@ -315,15 +320,20 @@ def test_mmq_mode_is_as_accurate_as_the_reference_quantizer(kernel, dist):
     the variance (about 5x for normal blocks of 32). H100, commit ff62949: NMSE 1.28e-4 against the bytes'
     2.84e-5 ('normal'), 1.58e-3 against 7.0e-5 ('outliers'), as the numpy model gives
     (test_q4_1_sum_x_error_is_the_activation_error_times_the_weights_above_their_min); the sum_x mode
-    is still llama.cpp's MMQ (test_sum_x_mode_matches_llamacpps_cuda_mul_mat)."""
+    is still llama.cpp's MMQ (test_sum_x_mode_matches_llamacpps_cuda_mul_mat).
+
+    Q4_K weights likewise (MMQ's min term reads s = sum(x) too, where the reference and MMVQ take
+    d_a sum(q_a)): against _q4_k_with_s, the reference with the min term on the sum_x bytes' s."""
     from quantgemm_kernels.testing import kernel_inputs
 
     k = qk.KERNELS[kernel]
     A, W = kernel_inputs(k, 129, 33, 4096, dist, seed=3)
-    At, Wq = torch.from_numpy(A).cuda(), qk.quantize(torch.from_numpy(W).cuda(), k.wfmt)
+    At, Wq = torch.from_numpy(A).cuda(), quantize_weights(torch.from_numpy(W).cuda(), k.wfmt)
     C = qk.gemm(At, Wq, kernel, q8_1_sum="sum_x").cpu().numpy()
     if k.wfmt == "q4_1":  # the reference quantizer with s = sum(x): only the quantizers differ
         C_ref_quantizer = R.gemm(A, Wq.cpu().numpy(), "q4_1", "q8_1", q8_1_sum="sum_x")
+    elif k.wfmt == "q4_k":
+        C_ref_quantizer = _q4_k_with_s(A, Wq.cpu().numpy())
     else:
         C_ref_quantizer = qk.gemm(At, Wq, kernel).cpu().numpy()
     exact = R.gemm_wq_af32(A, Wq.cpu().numpy(), k.wfmt)
@@ -332,6 +342,42 @@ def test_mmq_mode_is_as_accurate_as_the_reference_quantizer(kernel, dist):
         assert not np.any(C)
     else:
         assert R.nmse(C, exact) <= 1.5 * R.nmse(C_ref_quantizer, exact) + 1e-12
+
+
+def _q4_k_with_s(A, Wq):
+    """Q4_K x Q8_1 as llama.cpp's MMQ means it: the reference quantizer with s = sum(x) (ggml-cuda's
+    quantize_q8_1) and the min term -dmin m_j s per block, where reference.gemm_wk_aq8_1 (MMVQ's
+    pairing) takes -dmin m_j d_a sum(q_a): the reference plus the difference of the two."""
+    from quantgemm_kernels import formats as F
+
+    Aq = F.quantize(A, "q8_1", q8_1_sum="sum_x")
+    ab, wb = F.as_blocks(Aq, "q8_1"), F.as_blocks(Wq, "q4_k")
+    N, nb = A.shape[0], wb.shape[1]
+    qa = F.unpack_quants(Aq, "q8_1").reshape(N, nb, 8, 32).astype(np.int64)
+    d_sum_q = ab["d"].astype(np.float64).reshape(N, nb, 8) * qa.sum(axis=3)
+    s = ab["s"].astype(np.float64).reshape(N, nb, 8)
+    dmin_m = wb["dmin"].astype(np.float64)[..., None] * F.q4_k_scale_min(wb["scales"])[1]  # [M, nb, 8]
+    return R.gemm_wk_aq8_1(Aq, Wq, "q4_k") - np.einsum("nbs,mbs->nm", s - d_sum_q, dmin_m)
+
+
+def test_the_q4_k_reference_with_s_is_the_dequantized_product_with_sum_x():
+    """CPU, numpy: _q4_k_with_s is the product of the dequantized operands with the min term's
+    d_a sum(q_a) replaced by s = sum(x), per block of 32:
+    sum_j (d sc q_j - dmin m) (d_a q_a,j) + dmin m (d_a sum(q_a) - s)   (to float64 rounding)."""
+    from quantgemm_kernels import formats as F
+    from quantgemm_kernels.testing import make_values
+
+    A, W = make_values((3, 512), "normal", seed=1), make_values((5, 512), "normal", seed=2)
+    Wq = F.quantize(W, "q4_k")
+    Aq = F.quantize(A, "q8_1", q8_1_sum="sum_x")
+    ab, wb = F.as_blocks(Aq, "q8_1"), F.as_blocks(Wq, "q4_k")
+    s = ab["s"].astype(np.float64).reshape(3, 2, 8)
+    Ad = F.dequantize(Aq, "q8_1").astype(np.float64).reshape(3, 2, 8, 32)
+    dmin_m = wb["dmin"].astype(np.float64)[..., None] * F.q4_k_scale_min(wb["scales"])[1]
+    want = R.gemm_f32(Ad.reshape(3, 512), F.dequantize(Wq, "q4_k").astype(np.float64))
+    want -= np.einsum("nbs,mbs->nm", s - Ad.sum(axis=3), dmin_m)
+    assert R.nmse(_q4_k_with_s(A, Wq), want) < 1e-12
+    assert R.nmse(_q4_k_with_s(A, Wq), R.gemm_wk_aq8_1(Aq, Wq, "q4_k")) > 1e-9  # s is not d_a sum(q_a)
 
 
 @pytest.mark.parametrize(
@@ -373,8 +419,9 @@ def test_q4_1_sum_x_error_is_the_activation_error_times_the_weights_above_their_
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 def test_the_mma_step_file_compiles_without_warnings_for_q4_1_too(arch, tmp_path):
     """Compile only (no GPU needed): 4_mma.cu, now with the Q4_1 policy (the min term in
-    mma_tile.cuh, the (d, s) pairs of mma.cuh's quantizer), builds alone for Ampere and Hopper with
-    no warning, host warnings too (-Wall)."""
+    mma_tile.cuh, the (d, s) pairs of mma.cuh's quantizer) and the Q4_K one (chapter 8: its
+    super-block staging in mma.cuh, two instances for the two modes), builds alone for Ampere and
+    Hopper with no warning, host warnings too (-Wall)."""
     src = qk.KERNELS["cuda_q4_1_q8_1_mma"].source
     cmd = [
         "nvcc",

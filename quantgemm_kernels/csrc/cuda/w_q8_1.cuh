@@ -87,10 +87,33 @@ struct w_q4_1 {
     }
     __device__ __forceinline__ static void words(const int* v, int i, int& lo, int& hi) { w_q4_0::words(v, i, lo, hi); }
 };
+// Chapter 8: Q4_K as chapter 6's mma step reads it (06_decode_tensor_cores/4_mma.cu). A super-block
+// (256 values, 144 B) is 8 Q4_1-like blocks of 32: block j has the scale d * sc_j and the min
+// -dmin * m_j, and its 32 nibbles are unpacked while staging (mma.cuh) into 8 words of int8 values
+// 0..15, as Q8_0's quants are kept. MMQ: the two products rounded to fp16, as llama.cpp's MMQ
+// forms them (load_tiles_q4_K: half2 (d, -dmin) * (sc_j, m_j)), for the sum_x mode; otherwise
+// exact in float32 (17 significant bits at most), as MMVQ and the reference use them.
+template <bool MMQ>
+struct w_q4_k {
+    using block = block_q4_k;                // the stored super-block
+    static constexpr int offset = 0;         // nothing subtracted: the min comes in through s_a
+    static constexpr int qs_words = QK / 4;  // a block's 32 values, unpacked: 8 words of int8
+    static constexpr bool mmq_scales = MMQ;
+};
+
 template <class WF>
 constexpr bool has_min = false;  // whether a block stores a min m after d
 template <>
 constexpr bool has_min<w_q4_1> = true;
+template <bool MMQ>
+constexpr bool has_min<w_q4_k<MMQ>> = true;  // -dmin * m_j per block of 32
+// 32-value blocks per stored weight block: 1, the K-quants' super-block 8
+template <class WF>
+constexpr int blocks_per_stored = 1;
+template <bool MMQ>
+constexpr int blocks_per_stored<w_q4_k<MMQ>> = QK_K / QK;
+template <class WF>
+constexpr bool is_k_quant = blocks_per_stored<WF> > 1;
 
 // One block's contribution, from the integer dot product and the three scales (and the weight
 // block's min m_w, for formats that have one).

@@ -42,13 +42,19 @@
 // Chapter 7, Q4_1 (cuda_q4_1_q8_1_mma): WF = w_q4_1, 8 blocks are 160 B = 10 x 16 B; the nibbles are
 // unpacked as they are (0..15: no offset, and a plain int8 for the mma), and the min adds m_w s_a per
 // block and result, one more FMA, with s the activation block's sum (MMQ's, in the sum_x mode).
+// Chapter 8, Q4_K (cuda_q4_k_q8_1_mma): WF = w_q4_k, a K step is one super-block (144 B = 9 x 16 B;
+// each half row copies the header chunk and its 4 nibble chunks), whose 8 blocks of 32 are Q4_1
+// blocks with scale d sc_j and min -dmin m_j: unpacked at staging (mma.cuh), then Q4_1's K loop.
+// Outside the sum_x mode the scales are exact in float32 and s = d_a sum(q_a) (the reference's and
+// MMVQ's min term); in it, llama.cpp's MMQ exactly (load_tiles_q4_K, vec_dot_q8_1_q8_1_mma): d sc_j
+// and dmin m_j rounded to fp16, s = MMQ's sum of x. Shared memory as Q4_1: 188.5 KB per CTA.
 // Grid: mma_tile.cuh's.
 #include "mma_tile.cuh"
 
 namespace gpu {
 namespace {
-// The weights as int8 values [row][block * 32 + k] (Q4_0: 16 (q - 8), Q4_1: q), unpacked once per CTA;
-// the fragments come by ldmatrix.
+// The weights as int8 values [row][block * 32 + k] (Q4_0: 16 (q - 8), Q4_1 and Q4_K: q), unpacked
+// once per CTA; the fragments come by ldmatrix.
 struct Unpacked {
     template <class WF>
     static constexpr int w_row() {
@@ -62,12 +68,14 @@ struct Unpacked {
             dst[0] = make_uint4(q4_0_signed_lo(q[0]), q4_0_signed_lo(q[1]), q4_0_signed_lo(q[2]), q4_0_signed_lo(q[3]));
             dst[1] = make_uint4(q4_0_signed_hi(q[0]), q4_0_signed_hi(q[1]), q4_0_signed_hi(q[2]), q4_0_signed_hi(q[3]));
             tile.wd[b][wd_slot(r)] = d * (1.0f / 16);  // exact: the mma sums 16 (q - 8) a
-        } else if constexpr (has_min<WF>) {            // Q4_1: the nibbles as int8 0..15, in Q4_0's order
+        } else if constexpr (has_min<WF> && !is_k_quant<WF>) {
+            // Q4_1: the nibbles as int8 0..15, in Q4_0's order
             dst[0] = make_uint4(q[0] & 0x0F0F0F0Fu, q[1] & 0x0F0F0F0Fu, q[2] & 0x0F0F0F0Fu, q[3] & 0x0F0F0F0Fu);
             dst[1] = make_uint4((q[0] >> 4) & 0x0F0F0F0Fu, (q[1] >> 4) & 0x0F0F0F0Fu, (q[2] >> 4) & 0x0F0F0F0Fu,
                                 (q[3] >> 4) & 0x0F0F0F0Fu);
             tile.wd[b][wd_slot(r)] = d;  // the min: mma_tile.cuh stores it beside
         } else {
+            // Q8_0's quants, and Q4_K's values (unpacked by the staging, mma.cuh): as they are
             dst[0] = make_uint4(q[0], q[1], q[2], q[3]);
             dst[1] = make_uint4(q[4], q[5], q[6], q[7]);
             tile.wd[b][wd_slot(r)] = d;
@@ -93,4 +101,13 @@ void cuda_q8_0_q8_1_mma(const GemmProblem& p, cudaStream_t stream) {
 
 void cuda_q4_1_q8_1_mma(const GemmProblem& p, cudaStream_t stream) {
     gpu::gemm_q8_1_mma<gpu::w_q4_1, gpu::Unpacked>(p, stream);
+}
+
+// Chapter 8: the sum_x mode is MMQ's arithmetic throughout (its activation pairs, its fp16 scale
+// products), a second instance of the kernel.
+void cuda_q4_k_q8_1_mma(const GemmProblem& p, cudaStream_t stream) {
+    if (p.q8_1_sum_mode == Q8_1_S_SUM_X)
+        gpu::gemm_q8_1_mma<gpu::w_q4_k<true>, gpu::Unpacked>(p, stream);
+    else
+        gpu::gemm_q8_1_mma<gpu::w_q4_k<false>, gpu::Unpacked>(p, stream);
 }

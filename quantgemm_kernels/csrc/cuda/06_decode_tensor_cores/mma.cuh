@@ -3,7 +3,8 @@
 // workspace laid out for the mma kernels: int8 quants [N][K] (16-byte copies) and float pairs (d, c
 // = -MAGIC_F * d) [N][K/32]. llama.cpp's MMQ does the same with its own q8_1_mmq layout (d only,
 // for Q4_0 and Q8_0 weights: s is not needed). Q4_1 weights (chapter 7) need s for their min term
-// m_w * s_a: for them the pairs are (d, s) instead. Then mma_s8, one mma.sync.m16n8k32 on int8.
+// m_w * s_a: for them the pairs are (d, s) instead; Q4_K weights (chapter 8) too, with s = d * sum(q)
+// unrounded outside the sum_x mode. Then mma_s8, one mma.sync.m16n8k32 on int8.
 //
 // Integer to float for free: the mma adds its int32 accumulator input to the product, and
 // 0x4B400000 is the float 1.5 * 2^23. With that as the input, the result's bits are the float
@@ -59,18 +60,50 @@ __global__ void mma_quantize_act_kernel(const float* __restrict__ x, int8_t* __r
     }
     if (threadIdx.x % 32 == 0) ds[i / 32] = make_float2(d, with_sum ? s : -MMA_MAGIC_F * d);
 }
+
+// Q4_K weights (chapter 8) outside the sum_x mode: the reference's bytes with (d, d * sum(q)), the
+// product in float32, not rounded to fp16: the reference and MMVQ (reference.gemm_wk_aq8_1,
+// vec_dot_q4_K_q8_1) take the K-quant min term from the integer sum of the quants, not from s.
+// A template on the weight format, so that only the steps that read it instantiate it.
+template <class WF>
+__global__ void mma_quantize_act_sum_q_kernel(const float* __restrict__ x, int8_t* __restrict__ qs,
+                                              float2* __restrict__ ds, int64_t total) {
+    static_assert(is_k_quant<WF>, "the K-quants' min term");
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i - (threadIdx.x % 32) >= total) return;  // whole warps in or out (total % 32 == 0)
+    fp16_bits d16, s16;
+    const int q = quantize_q8_1_lane(x[i], d16, s16);  // a non-finite block: q = 0 and d = NaN
+    qs[i] = (int8_t)q;
+    const int sum = warp_sum(q);  // the whole warp shuffles
+    const float d = scale_to_float(d16);
+    if (threadIdx.x % 32 == 0) ds[i / 32] = make_float2(d, d * (float)sum);
+}
 }  // namespace
 
-// p.A (float32 [N, K]) -> p.workspace (act_workspace_bytes in gemm.h): quants, then (d, c), or
-// (d, s) with with_sum. d_fp16: how MMQ keeps d in p.q8_1_sum_mode's MMQ mode (Q4_0 and Q4_1
-// weights: fp16; Q8_0: float32).
+// Where the activations go in p.workspace (act_workspace_bytes in gemm.h): quants [N][K], then
+// float pairs [N][K/32] from the next 16-byte boundary.
+inline void mma_act_workspace(const GemmProblem& p, int8_t*& aq, float2*& ads) {
+    aq = (int8_t*)p.workspace;
+    ads = (float2*)(aq + (((int64_t)p.N * p.K + 15) / 16) * 16);
+}
+
+// p.A (float32 [N, K]) -> p.workspace: quants, then (d, c), or (d, s) with with_sum. d_fp16: how
+// MMQ keeps d in p.q8_1_sum_mode's MMQ mode (Q4_0, Q4_1 and Q4_K weights: fp16; Q8_0: float32).
 inline void mma_quantize_acts(const GemmProblem& p, cudaStream_t stream, int8_t*& aq, float2*& ads, bool d_fp16,
                               bool with_sum = false) {
     const int64_t total = (int64_t)p.N * p.K;
-    aq = (int8_t*)p.workspace;
-    ads = (float2*)(aq + ((total + 15) / 16) * 16);
+    mma_act_workspace(p, aq, ads);
     mma_quantize_act_kernel<<<(unsigned)((total + 255) / 256), 256, 0, stream>>>((const float*)p.A, aq, ads, total,
                                                                                  p.q8_1_sum_mode, d_fp16, with_sum);
+}
+
+// The same with (d, d * sum(q)) pairs, for WF = Q4_K outside the sum_x mode.
+template <class WF>
+inline void mma_quantize_acts_sum_q(const GemmProblem& p, cudaStream_t stream, int8_t*& aq, float2*& ads) {
+    const int64_t total = (int64_t)p.N * p.K;
+    mma_act_workspace(p, aq, ads);
+    mma_quantize_act_sum_q_kernel<WF>
+        <<<(unsigned)((total + 255) / 256), 256, 0, stream>>>((const float*)p.A, aq, ads, total);
 }
 
 // D = A (16 x 32, rows) * B (32 x 8, columns) + c in every element of the accumulator input.
@@ -153,13 +186,31 @@ struct RawPart {
     static_assert(KB * B % 16 == 0, "a K step of a row is whole 16-byte chunks");
 };
 
-// Part PART of a row, copied as RawPart chunks (chunk(PART, c): its c-th 16 bytes): store(b, d, q)
-// for each of its blocks (b: block in the step, d: scale, q: quant words), store(b, d, q, m) for a
-// format with a min m (Q4_1: d, m, then the quants). After unrolling every offset is a constant.
+// Chapter 8, Q4_K: a K step of KB = 8 blocks is one super-block of the row, 144 B = 9 chunks: the
+// header (d, dmin, the 12 bytes of packed scales and mins), then 8 chunks of nibbles. Part p
+// (blocks p BPP .. (p + 1) BPP - 1, nibble bytes 64p .. 64p + 63 for PARTS = 2) copies the header
+// and its own nibble chunks: 5 chunks, as a part of a Q4_0 step (whose middle chunk both copy).
+template <bool MMQ, int KB, int PARTS>
+struct RawPart<w_q4_k<MMQ>, KB, PARTS> {
+    static constexpr int BPP = KB / PARTS;                   // blocks per part
+    static constexpr int QS_CHUNKS = QK_K / 2 / 16 / PARTS;  // its nibble chunks
+    static constexpr int CHUNKS = 1 + QS_CHUNKS;
+    // chunk c of part p: the super-block's chunk 0 (the header), then the part's nibbles
+    __host__ __device__ static constexpr int chunk(int p, int c) { return c == 0 ? 0 : 1 + p * QS_CHUNKS + (c - 1); }
+    static_assert(KB * QK == QK_K, "a K step is one super-block");
+    static_assert(QK_K / 2 % (16 * PARTS) == 0 && BPP % 2 == 0, "parts of whole chunks and whole 64-value groups");
+};
+
+// Q4_K (chapter 8), part PART of a row's super-block, copied as RawPart<w_q4_k> chunks: for each of
+// its blocks j, store(j, d sc_j, values, -dmin m_j), values as 8 words of int8 0..15. The 6-bit
+// sc_j and m_j come out of the header's 12 bytes as get_scale_min_k4 (formats.h) packs them; the
+// nibble bytes of a 64-value group hold block 2c in their low nibbles and block 2c + 1 in their high
+// ones. With WF::mmq_scales both products are rounded to fp16, as MMQ's half2 product rounds them
+// (exact products, one rounding each: the same halves). After unrolling j is a constant.
 template <class WF, int KB, int PARTS, int PART, class Chunk, class Store>
-__device__ __forceinline__ void mma_unpack_part(Chunk& chunk, Store& store) {
+__device__ __forceinline__ void mma_unpack_q4_k_part(Chunk& chunk, Store& store) {
     using RP = RawPart<WF, KB, PARTS>;
-    uint32_t u[RP::CHUNKS * 4 + 1];
+    uint32_t u[RP::CHUNKS * 4];  // u[0]: d | dmin, u[1..3]: scales[0..11], u[4..]: the part's nibbles
 #pragma unroll
     for (int c = 0; c < RP::CHUNKS; c++) {
         const uint4 v = chunk(PART, c);
@@ -168,19 +219,57 @@ __device__ __forceinline__ void mma_unpack_part(Chunk& chunk, Store& store) {
         u[4 * c + 2] = v.z;
         u[4 * c + 3] = v.w;
     }
-    u[RP::CHUNKS * 4] = 0;
-    constexpr int QS = (int)offsetof(typename WF::block, qs);  // the quants' first byte: 2, Q4_1 4
-    auto half_at = [&](int off) { return scale_to_float((fp16_bits)(u[off >> 2] >> (8 * (off & 3)))); };  // off even
+    const float d = scale_to_float((fp16_bits)(u[0] & 0xFFFFu)), dmin = scale_to_float((fp16_bits)(u[0] >> 16));
+    auto sb = [&](int k) { return (u[1 + k / 4] >> (8 * (k % 4))) & 0xFFu; };  // scales[k]
+    auto rounded = [](float x) { return WF::mmq_scales ? scale_to_float(fp32_to_fp16(x)) : x; };
 #pragma unroll
     for (int i = 0; i < RP::BPP; i++) {
-        const int off = RP::skew(PART) + i * RP::B;  // the block's first byte (its fp16 scale; even)
-        uint32_t q[WF::qs_words];
+        const int j = PART * RP::BPP + i;  // the block, in the super-block and in the K step
+        const uint32_t sc = j < 4 ? sb(j) & 63 : (sb(j + 4) & 0xF) | ((sb(j - 4) >> 6) << 4);
+        const uint32_t m = j < 4 ? sb(j + 4) & 63 : (sb(j + 4) >> 4) | ((sb(j) >> 6) << 4);
+        const uint32_t* g = u + 4 + 8 * (i / 2);  // the 32 nibble bytes of the block's 64-value group
+        uint32_t v[WF::qs_words];
 #pragma unroll
-        for (int j = 0; j < WF::qs_words; j++) q[j] = (uint32_t)word_at(u, off + QS + 4 * j);
-        if constexpr (has_min<WF>)
-            store(PART * RP::BPP + i, half_at(off), q, half_at(off + 2));
-        else
-            store(PART * RP::BPP + i, half_at(off), q);
+        for (int w = 0; w < WF::qs_words; w++) v[w] = (g[w] >> (4 * (j % 2))) & 0x0F0F0F0Fu;
+        store(j, rounded(d * (float)sc), v, -rounded(dmin * (float)m));
+    }
+}
+
+// Part PART of a row, copied as RawPart chunks (chunk(PART, c): its c-th 16 bytes): store(b, d, q)
+// for each of its blocks (b: block in the step, d: scale, q: quant words), store(b, d, q, m) for a
+// format with a min m (Q4_1: d, m, then the quants; Q4_K: mma_unpack_q4_k_part). After unrolling
+// every offset is a constant.
+template <class WF, int KB, int PARTS, int PART, class Chunk, class Store>
+__device__ __forceinline__ void mma_unpack_part(Chunk& chunk, Store& store) {
+    if constexpr (is_k_quant<WF>) {
+        mma_unpack_q4_k_part<WF, KB, PARTS, PART>(chunk, store);
+    } else {
+        using RP = RawPart<WF, KB, PARTS>;
+        uint32_t u[RP::CHUNKS * 4 + 1];
+#pragma unroll
+        for (int c = 0; c < RP::CHUNKS; c++) {
+            const uint4 v = chunk(PART, c);
+            u[4 * c] = v.x;
+            u[4 * c + 1] = v.y;
+            u[4 * c + 2] = v.z;
+            u[4 * c + 3] = v.w;
+        }
+        u[RP::CHUNKS * 4] = 0;
+        constexpr int QS = (int)offsetof(typename WF::block, qs);  // the quants' first byte: 2, Q4_1 4
+        auto half_at = [&](int off) {
+            return scale_to_float((fp16_bits)(u[off >> 2] >> (8 * (off & 3))));
+        };  // off even
+#pragma unroll
+        for (int i = 0; i < RP::BPP; i++) {
+            const int off = RP::skew(PART) + i * RP::B;  // the block's first byte (its fp16 scale; even)
+            uint32_t q[WF::qs_words];
+#pragma unroll
+            for (int j = 0; j < WF::qs_words; j++) q[j] = (uint32_t)word_at(u, off + QS + 4 * j);
+            if constexpr (has_min<WF>)
+                store(PART * RP::BPP + i, half_at(off), q, half_at(off + 2));
+            else
+                store(PART * RP::BPP + i, half_at(off), q);
+        }
     }
 }
 
@@ -197,7 +286,7 @@ __device__ __forceinline__ void mma_unpack_part_of(int part, Chunk& chunk, Store
 
 // This thread's part of row wrow for K step s, after its copies landed (aligned) or, when rows are not
 // 16-byte aligned (nb % KB != 0), straight from the blocks with 16-bit loads (correct, slower),
-// blocks past the last as zeros.
+// blocks past the last as zeros. (K-quant rows are whole super-blocks of 144 B: always aligned.)
 template <class WF, int KB, int PARTS, class Chunk, class Store>
 __device__ __forceinline__ void mma_unpack_weights(Chunk chunk, const typename WF::block* wrow, int part, int s, int nb,
                                                    bool aligned, Store store) {
@@ -206,15 +295,17 @@ __device__ __forceinline__ void mma_unpack_weights(Chunk chunk, const typename W
         mma_unpack_part_of<WF, KB, PARTS, 0>(part, chunk, store);
         return;
     }
-    for (int i = 0; i < RP::BPP; i++) {
-        const int b = part * RP::BPP + i, kb = s * KB + b;
-        uint32_t q[WF::qs_words];
-        for (int j = 0; j < WF::qs_words; j++) q[j] = kb < nb ? (uint32_t)load_int_b2(wrow[kb].qs, j) : 0u;
-        const float d = kb < nb ? scale_to_float(wrow[kb].d) : 0.0f;
-        if constexpr (has_min<WF>)
-            store(b, d, q, kb < nb ? scale_to_float(wrow[kb].m) : 0.0f);
-        else
-            store(b, d, q);
+    if constexpr (!is_k_quant<WF>) {
+        for (int i = 0; i < RP::BPP; i++) {
+            const int b = part * RP::BPP + i, kb = s * KB + b;
+            uint32_t q[WF::qs_words];
+            for (int j = 0; j < WF::qs_words; j++) q[j] = kb < nb ? (uint32_t)load_int_b2(wrow[kb].qs, j) : 0u;
+            const float d = kb < nb ? scale_to_float(wrow[kb].d) : 0.0f;
+            if constexpr (has_min<WF>)
+                store(b, d, q, kb < nb ? scale_to_float(wrow[kb].m) : 0.0f);
+            else
+                store(b, d, q);
+        }
     }
 }
 

@@ -21,6 +21,10 @@
 //  * Q4_1 (chapter 7): value = d q + m, so a block adds d_w d_a sumi + m_w s_a. The nibbles go to
 //    the mma as they are (0..15), and the min term is one more FMA per result and block, from two
 //    more scale tables (MinTerms: m_w beside d_w, the activations' s beside d), as in llama.cpp's MMQ.
+//  * Q4_K (chapter 8): a K step of 8 blocks is one 144-byte super-block per row, and each of its
+//    blocks of 32 is a Q4_1 block with scale d sc_j and min -dmin m_j: the staging copies the header
+//    chunk and 4 nibble chunks per part (mma.cuh's RawPart<w_q4_k>) and unpacks the 6-bit scales
+//    and mins into the same tables; the K loop is Q4_1's.
 //
 // Shared memory: two tiles (weights in the layout's form, activation quants, both scales) and the
 // raw weight buffer. Registers: one CTA per SM (__launch_bounds__(256, 1)).
@@ -94,12 +98,19 @@ __global__ void __launch_bounds__(THREADS, 1)
     // ---- staging, three kinds of cp.async issued at three points of a K step (not all at once:
     // the copy queue is short). Weights: thread tid copies and unpacks part wp (warp-uniform) of row wr.
     const int wr = tid % BM, wp = tid / BM;
-    const typename WF::block* wrow = W + (int64_t)min(m0 + wr, M - 1) * nb;  // rows past M repeat the last
+    // rows past M repeat the last; a row is nb blocks, nb / 8 super-blocks for Q4_K
+    const typename WF::block* wrow = W + (int64_t)min(m0 + wr, M - 1) * (nb / blocks_per_stored<WF>);
     auto copy_weights = [&](int s) {
         if (!aligned) return;
-        const int4* src = (const int4*)(wrow + s * KB) + RP::first_chunk(wp);
+        if constexpr (is_k_quant<WF>) {  // K step s is the row's super-block s: its header, then the part's nibbles
+            const int4* src = (const int4*)(wrow + s);
 #pragma unroll
-        for (int c = 0; c < RP::CHUNKS; c++) cp_async16(&raw[wp][c][wr], src + c);
+            for (int c = 0; c < RP::CHUNKS; c++) cp_async16(&raw[wp][c][wr], src + RP::chunk(wp, c));
+        } else {
+            const int4* src = (const int4*)(wrow + s * KB) + RP::first_chunk(wp);
+#pragma unroll
+            for (int c = 0; c < RP::CHUNKS; c++) cp_async16(&raw[wp][c][wr], src + c);
+        }
     };
     auto copy_quants = [&](Tile<WF, WL>& tile, int s) {  // BN rows x 16 chunks: chunk tid % 16 of rows tid / 16 + 16 k
         const int kb0 = s * KB, j = tid % 16;
@@ -235,8 +246,14 @@ template <class WF, class WL>
 void gemm_q8_1_mma(const GemmProblem& p, cudaStream_t stream) {
     int8_t* aq;
     float2* ads;
-    // Q4_0, Q4_1: MMQ keeps d in fp16; Q4_1 takes (d, s) pairs for its min term
-    mma_quantize_acts(p, stream, aq, ads, WF::offset == 8 || has_min<WF>, has_min<WF>);
+    // Q4_0, Q4_1: MMQ keeps d in fp16; Q4_1 takes (d, s) pairs for its min term. Q4_K (chapter 8):
+    // MMQ's pairs as Q4_1 in the sum_x mode (WF = w_q4_k<true>), else (d, d sum(q)) (the reference's)
+    if constexpr (!is_k_quant<WF>)
+        mma_quantize_acts(p, stream, aq, ads, WF::offset == 8 || has_min<WF>, has_min<WF>);
+    else if constexpr (WF::mmq_scales)
+        mma_quantize_acts(p, stream, aq, ads, true, true);
+    else
+        mma_quantize_acts_sum_q<WF>(p, stream, aq, ads);
     const size_t smem = 2 * sizeof(Tile<WF, WL>) + (size_t)BM * PARTS * Raw<WF>::CHUNKS * 16;
     cudaFuncSetAttribute(mma_kernel<WF, WL>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     mma_launch_slices<BN>(p, aq, ads, [&](const int8_t* aq_n, const float2* ads_n, float* C_n, int n) {
