@@ -52,8 +52,8 @@ struct Variant {
 };
 #define V(R, U, T) {"R" #R "U" #U "T" #T, T, launch_v<R, U, T>, res<R, U, T>}
 static Variant VARS[] = {
-    V(2, 4, 1), V(2, 2, 1), V(2, 1, 1), V(2, 8, 1), V(4, 1, 1), V(4, 2, 1), V(4, 4, 1),
-    V(8, 1, 1), V(8, 2, 1), V(4, 2, 2), V(4, 1, 4), V(8, 1, 8),
+    V(2, 4, 1), V(2, 2, 1), V(2, 1, 1), V(2, 8, 1), V(4, 1, 1), V(4, 2, 1),
+    V(4, 4, 1), V(8, 1, 1), V(8, 2, 1), V(4, 2, 2), V(4, 1, 4), V(8, 1, 8),
 };
 
 static void make_w(std::vector<block_q4_0>& w, int M, int K, unsigned seed) {
