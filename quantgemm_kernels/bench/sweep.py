@@ -279,14 +279,15 @@ def run_sweep(
             row = _row_base(k, M, N, K, include_activation_quant)
             rows.append(row)
             label = f"[{done}/{total}] {k.name:<26} M={M} N={N} K={K}"
+            # the shape first (whatever the machine, the kernel cannot take it), then the machine
+            step = _k_step(k)
             ok, why = device_ok.get(k.device, (False, f"unknown device {k.device}"))
+            if K % step:
+                ok, why = False, f"K={K} is not a whole number of the kernel's {step}-value blocks"
             if ok and k.side == "llama.cpp":
                 ok, why = ggml_ok[k.device]
             if ok and k.device == "cuda" and not k.runs_on(torch.cuda.get_device_capability()):
                 ok, why = False, f"needs compute capability {k.min_sm} to {k.max_sm}"
-            step = _k_step(k)
-            if ok and K % step:
-                ok, why = False, f"K={K} is not a whole number of the kernel's {step}-value blocks"
             if not ok:
                 row.status, row.reason = "skipped", why
                 if progress:
