@@ -22,7 +22,8 @@ SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer
 BIN=${TMPDIR:-/tmp}/kq_variants
 status=0
 
-say "# $(git rev-parse --short HEAD 2>/dev/null || echo no-git)$(git diff --quiet 2>/dev/null || echo ' (dirty)'), $(date -u +%FT%TZ)"
+rev=$(git rev-parse --short HEAD 2>/dev/null) && { git diff --quiet HEAD 2>/dev/null || rev="$rev (dirty)"; } || rev=no-git
+say "# $rev, $(date -u +%FT%TZ)"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader >>"$LOG" 2>&1
 "$NV" --version | tail -1 >>"$LOG"
 
