@@ -20,8 +20,8 @@
 //    lines), into its own ring of STAGES step buffers in shared memory; STAGES - 1 steps stay in
 //    flight while it computes on the oldest. Q4_K blocks are 144 B = 9 x 16 B, so every block starts
 //    16-byte aligned (rows are); a Q6_K block is 210 B, only 2-byte aligned, so the warp copies the
-//    16-byte aligned cover of its SB x 210 bytes (the last vector of W clipped to W's end with
-//    cp.async's src-size) and each lane finds its block at an even offset in shared memory.
+//    16-byte aligned cover of its SB x 210 bytes (the last vector of W, where W ends inside it, by
+//    plain 16-bit loads: kq_copy_tail) and each lane finds its block at an even offset in shared memory.
 //  * Then 8 lanes per super-block (4 super-blocks at a time, SB / 4 times per step), 16 bytes each
 //    from shared memory: Q4_K lane e takes qs bytes 32c + 16h .. + 15 (c = e / 2, h = e % 2): 16
 //    values of sub-block 2c (low nibbles) and 16 of 2c + 1 (high), against 16 activation quants of
@@ -49,7 +49,12 @@
 // 256 CTAs, 0.97 waves, 15.5 warps per SM, 36 KB (Q4_K) or 52 KB (Q6_K) in flight. The one-token
 // step is long (SB = 16) because the SM's instruction issue is the next limit: ~530 instructions per
 // 2304-byte Q4_K step (~4.3 B per instruction) against HBM's ~11.5 B per cycle and SM.
-// Not yet run on a GPU: tools/k_quants_cuda/variants.sh checks and times it (and the alternatives).
+// Measured on an H100 (bench_results/.../2026-11-26/kquant-decode-222444.json: CUPTI, weights cold,
+// M = 4096, K = 14336, the activation quantizer included; llama.cpp's mul_mat on the same bytes):
+// Q4_K 20.5 us at N = 1 (llama.cpp 19.4), ahead of it from N = 2 to 8 (37.2 against 48.6 at N = 8);
+// Q6_K 30.6 (27.4), ahead at N = 4 and 8. In that run tools/k_quants_cuda/variants.sh's memcheck
+// reported the copy of W's last vector (cp.async with a src-size below 16) as a read past W;
+// kq_copy_tail replaced it after the run and has not yet run on a GPU.
 // What it still lacks: the activations are read from global memory (L1 and L2) by every warp, as
 // MMVQ does, not staged in shared memory as chapter 6's decode step does (that is what grows with T);
 // no split of K across warps, so a matrix of few rows (M < ~4000) leaves SMs idle; for N > 8 it makes
@@ -259,14 +264,30 @@ __host__ __device__ constexpr size_t kq_smem_bytes() {
     return (size_t)KQ_WARPS * STAGES * R * kq_step_vecs<KQ, SB>() * 16;
 }
 
-// cp.async of the first `bytes` (1..16) of a 16-byte vector; the rest of the 16 shared bytes are zeroed.
-__device__ __forceinline__ void kq_cp_async16(void* smem, const void* gmem, int bytes) {
+// cp.async of one 16-byte vector (global and shared addresses 16-byte aligned), through L2 only.
+__device__ __forceinline__ void kq_cp_async16(void* smem, const void* gmem) {
     const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
 #if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
 #else
     __trap();
 #endif
+}
+
+// The last vector of W where W ends inside it (Q6_K's 210-byte blocks: `bytes` is even, 2..14): those
+// bytes by 16-bit loads, the rest of the 16 shared bytes zeroed. cp.async with a source size below
+// 16 (its src-size operand) copies only those bytes, but compute-sanitizer's memcheck reported it on an H100 as a
+// 16-byte read past the end of W (M = 1, K = 256: 210 bytes); plain loads read nothing past it.
+// Ordered with the cp.async copies of the same buffer by the loop's __syncwarp()s, like them.
+__device__ __forceinline__ void kq_copy_tail(int4* smem, const uint8_t* gmem, int bytes) {
+    const uint16_t* h = (const uint16_t*)gmem;  // 16-byte aligned: a vector of W's cover
+    uint32_t w[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const uint32_t lo = 4 * k < bytes ? h[2 * k] : 0u, hi = 4 * k + 2 < bytes ? h[2 * k + 1] : 0u;
+        w[k] = lo | hi << 16;
+    }
+    *smem = make_int4((int)w[0], (int)w[1], (int)w[2], (int)w[3]);
 }
 
 // The activations: float32 A [N, K] to the image (kq_act_sb [N, K/256]) in the workspace, one thread
@@ -348,7 +369,12 @@ __global__ void __launch_bounds__(KQ_THREADS, R == 1 ? 4 : 2)
 #pragma unroll
                 for (int v = 0; v < (VECS + 31) / 32; v++) {
                     const int c = lane + 32 * v;
-                    if (c < n) kq_cp_async16(dst + r * VECS + c, src + 16 * c, c == n - 1 ? last : 16);
+                    if (c < n) {
+                        if (c == n - 1 && last < 16)
+                            kq_copy_tail(dst + r * VECS + c, src + 16 * c, last);
+                        else
+                            kq_cp_async16(dst + r * VECS + c, src + 16 * c);
+                    }
                 }
             }
             if (++next_st == steps) next_st = 0, next_g += warps_total;
