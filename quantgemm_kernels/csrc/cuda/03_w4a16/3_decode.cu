@@ -21,7 +21,7 @@
 //    288 bytes of W per warp (6 loads per lane, 3 per row); at 32 registers per thread 16 CTAs of
 //    4 warps share an SM, 64 warps and 18 KB of weights per SM when all are waiting on loads, and
 //    the 2048 CTAs of M = 4096 all fit at once (16 x 132 = 2112 slots). More steps per warp (U = 4:
-//    48 registers, 10 CTAs, 45 KB per SM, 1.55 waves) measured 8 % slower: bytes in flight come as
+//    48 registers, 10 CTAs, 45 KB per SM, 1.55 waves) measured 7-9 % slower: bytes in flight come as
 //    well from more warps as from more loads per warp, and more warps also leave no last wave.
 //    A CTA's four warps take interleaved steps of its R rows (warp w steps w, w + 4, ...) and add
 //    their sums in shared memory, in a fixed order.
@@ -186,9 +186,10 @@ void launch_pass(const float* A, const block_q4_0* W, float* C, int M, int K, cu
 }
 // A pass of T tokens. More tokens, more rows per CTA: every float4 of activations serves R rows,
 // and the activations' L1 traffic (T x 128 B per block, against the weights' 18) is what grows
-// with T. U falls as R x T grows, to stay within the registers. The choice per T is the fastest of
-// the (R, U) pairs measured at M = 4096, K = 14336 on an H100 (tools/ch3_decode/variants.cu's table;
-// notes in the commits that set it).
+// with T. At one token U = 1 (more warps rather than more loads per warp); from two tokens U falls
+// as R x T grows, to stay within the registers. The choice per T is the fastest, or within the
+// spread of the fastest, of the (R, U) pairs measured at M = 4096, K = 14336 on an H100
+// (tools/ch3_decode/variants.cu's table; notes in the commits that set it).
 template <int T>
 void launch_tokens(const float* A, const block_q4_0* W, float* C, int M, int K, cudaStream_t stream) {
     constexpr int R = T == 1 ? 2 : (T <= 4 ? 4 : 8);

@@ -46,7 +46,7 @@
 // capped at 64 by __launch_bounds__(256, 4); shared memory 36 KB (Q4_K), 53 KB (Q6_K) per CTA): 4 CTAs
 // per SM, M = 4096 gives 512 CTAs, 0.97 of one wave of 528, 31 warps per SM, 71 KB (Q4_K) or 104 KB
 // (Q6_K) in flight per SM. T > 1 (R = 2, SB = 8, STAGES = 3; at most 128 registers): 2 CTAs per SM,
-// 256 CTAs, 0.97 waves, 15.5 warps per SM, 36 KB (Q4_K) or 52 KB (Q6_K) in flight. The one-token
+// 256 CTAs, 0.97 waves, 15.5 warps per SM, 71 KB (Q4_K) or 104 KB (Q6_K) in flight. The one-token
 // step is long (SB = 16) because the SM's instruction issue is the next limit: ~530 instructions per
 // 2304-byte Q4_K step (~4.3 B per instruction) against HBM's ~11.5 B per cycle and SM.
 // Measured on an H100 (bench_results/.../2026-11-26/kquant-decode-222444.json: CUPTI, weights cold,
@@ -478,15 +478,17 @@ void kq_launch(const kq_act_sb* act, const typename KQ::block* W, float* C, int 
                      w_bytes, C, M, nbk);
 }
 
-// (R rows per warp, SB super-blocks per step, STAGES) by tokens per pass; not yet measured against the
-// alternatives (tools/k_quants_cuda/variants.cu times them). Big steps: the fixed cost of a step
-// (issuing its copies, waiting, the rows' offsets; ~100 instructions) is paid once per SB super-blocks.
+// (R rows per warp, SB super-blocks per step, STAGES) by tokens per pass. tools/k_quants_cuda/variants.cu
+// times the alternatives: on an H100 (kq-variants-2222.log) one token ran faster with R = 2, SB = 8,
+// STAGES = 3 than with this choice (Q4_K 18.9 against 20.3 us cold, Q6_K 27.9 against 29.9).
+// Big steps: the fixed cost of a step (issuing its copies, waiting, the rows' offsets; ~100 instructions)
+// is paid once per SB super-blocks.
 // With SB = 4 a one-token Q4_K step issued ~300 instructions for 576 bytes, and an SM that issues at
 // most 4 a cycle cannot then keep up with HBM's ~11.5 bytes per cycle and SM. One token: a row per
 // warp (4096 warps at M = 4096, 31 per SM), SB = 16 (2304 or 3360 bytes a step), 1 step in flight
 // while it computes on another (31 x 2304 = 71 KB of Q4_K in flight per SM). More tokens: 2 rows per
 // warp share each activation load (the loads grow with T, the weight bytes do not), 2048 warps,
-// SB = 8 and 2 steps in flight (Q6_K: 81 KB of shared memory per CTA, 2 CTAs per SM).
+// SB = 8 and 2 steps in flight (Q6_K: 79.5 KB of shared memory per CTA, 2 CTAs per SM).
 template <class KQ>
 void kq_launch_tokens(int T, const kq_act_sb* act, const typename KQ::block* W, float* C, int M, int nbk,
                       cudaStream_t stream) {
