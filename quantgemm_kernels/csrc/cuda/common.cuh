@@ -125,6 +125,26 @@ __device__ __forceinline__ void quantize_q8_1_thread_sum_x(const float* x, int* 
     s16 = finite ? fp32_to_fp16(t[0]) : (fp16_bits)0x7E00;
 }
 
+// One Q8_1 block of float32 activations (32 values at src, 16-byte aligned) quantized by one thread:
+// the reference's bytes, or ggml-cuda's where sum_mode is Q8_1_S_SUM_X (formats.h).
+__device__ __forceinline__ void quantize_q8_1_block(const float* src, int sum_mode, int* qw, fp16_bits& d16,
+                                                    fp16_bits& s16) {
+    float x[QK];
+    const float4* in = (const float4*)src;
+#pragma unroll
+    for (int j = 0; j < QK / 4; j++) {
+        const float4 v = in[j];
+        x[4 * j] = v.x;
+        x[4 * j + 1] = v.y;
+        x[4 * j + 2] = v.z;
+        x[4 * j + 3] = v.w;
+    }
+    if (sum_mode == Q8_1_S_SUM_X)
+        quantize_q8_1_thread_sum_x(x, qw, d16, s16);  // ggml-cuda's bytes
+    else
+        quantize_q8_1_thread(x, qw, d16, s16);  // the reference's
+}
+
 // ggml-cuda's MMQ activation quantizer (quantize_mmq_q8_1) for one block, by a whole warp: lane j
 // holds value j. d_inv = 127 / amax, q = round(x * d_inv), d = 1 / d_inv. ggml-cuda is compiled with
 // -use_fast_math, so its two divisions are the approximate ones (__fdividef); ours are too. MMQ keeps

@@ -40,21 +40,8 @@ __global__ void quantize_image_kernel(const float* __restrict__ A, int4* __restr
     int qw[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     float2 dsv = make_float2(0.0f, 0.0f);
     if (kb < nb_total) {
-        float x[QK];
-        const float4* in = (const float4*)(A + ((int64_t)n * nb_total + kb) * QK);
-#pragma unroll
-        for (int j = 0; j < QK / 4; j++) {
-            const float4 v = in[j];
-            x[4 * j] = v.x;
-            x[4 * j + 1] = v.y;
-            x[4 * j + 2] = v.z;
-            x[4 * j + 3] = v.w;
-        }
         fp16_bits d16, s16;
-        if (sum_mode == Q8_1_S_SUM_X)
-            quantize_q8_1_thread_sum_x(x, qw, d16, s16);  // ggml-cuda's bytes
-        else
-            quantize_q8_1_thread(x, qw, d16, s16);  // the reference's
+        quantize_q8_1_block(A + ((int64_t)n * nb_total + kb) * QK, sum_mode, qw, d16, s16);
         dsv = make_float2(scale_to_float(d16), scale_to_float(s16));
     }
     int4* q = qs + tu * A_UNIT_VECS + 2 * slot;

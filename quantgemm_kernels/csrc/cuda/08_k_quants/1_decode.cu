@@ -264,16 +264,6 @@ __host__ __device__ constexpr size_t kq_smem_bytes() {
     return (size_t)KQ_WARPS * STAGES * R * kq_step_vecs<KQ, SB>() * 16;
 }
 
-// cp.async of one 16-byte vector (global and shared addresses 16-byte aligned), through L2 only.
-__device__ __forceinline__ void kq_cp_async16(void* smem, const void* gmem) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-#if __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
-#else
-    __trap();
-#endif
-}
-
 // The last vector of W where W ends inside it (Q6_K's 210-byte blocks: `bytes` is even, 2..14): those
 // bytes by 16-bit loads, the rest of the 16 shared bytes zeroed. cp.async with a source size below
 // 16 (its src-size operand) copies only those bytes, but compute-sanitizer's memcheck reported it on an H100 as a
@@ -297,23 +287,10 @@ __global__ void kq_quantize_kernel(const float* __restrict__ A, kq_act_sb* __res
     allow_dependent_launch();  // the decode kernel may start now: it waits for our results itself
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= blocks) return;
-    float x[QK];
-    const float4* in = (const float4*)(A + i * QK);  // rows of K % 256 == 0 floats: 16-byte aligned
-#pragma unroll
-    for (int j = 0; j < QK / 4; j++) {
-        const float4 v = in[j];
-        x[4 * j] = v.x;
-        x[4 * j + 1] = v.y;
-        x[4 * j + 2] = v.z;
-        x[4 * j + 3] = v.w;
-    }
     int qw[8];
     fp16_bits d16, s16;
-    if (sum_mode == Q8_1_S_SUM_X)
-        quantize_q8_1_thread_sum_x(x, qw, d16, s16);
-    else
-        quantize_q8_1_thread(x, qw, d16, s16);
-    kq_act_sb* sb = img + i / Q8_PER_K;  // token-major: block i of the [N, K/32] grid
+    quantize_q8_1_block(A + i * QK, sum_mode, qw, d16, s16);  // rows of K % 256 == 0 floats: 16-byte aligned
+    kq_act_sb* sb = img + i / Q8_PER_K;                       // token-major: block i of the [N, K/32] grid
     const int b = (int)(i % Q8_PER_K);
     int4* q = (int4*)(sb->qs + 32 * b);
     q[0] = make_int4(qw[0], qw[1], qw[2], qw[3]);
@@ -373,7 +350,7 @@ __global__ void __launch_bounds__(KQ_THREADS, R == 1 ? 4 : 2)
                         if (c == n - 1 && last < 16)
                             kq_copy_tail(dst + r * VECS + c, src + 16 * c, last);
                         else
-                            kq_cp_async16(dst + r * VECS + c, src + 16 * c);
+                            cp_async16(dst + r * VECS + c, src + 16 * c);  // common.cuh
                     }
                 }
             }
