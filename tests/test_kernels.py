@@ -208,13 +208,15 @@ def test_k_quant_cuda_kernels_refuse_a_k_that_is_not_whole_super_blocks(kernel):
 
 
 NVCC = shutil.which("nvcc")
-K_QUANT_CUDA_FILES = sorted({k.source for k in qk.kernels(device="cuda") if k.wfmt in ("q4_k", "q6_k")})
+# the step files of the chapter 7 and 8 CUDA kernels (Q4_1, Q4_K, Q6_K weights): 2_decode.cu, 4_mma.cu
+# with its Q4_1 and Q4_K policies, 08_k_quants/1_decode.cu
+LATE_FORMAT_CUDA_FILES = sorted({k.source for k in qk.kernels(device="cuda") if k.wfmt in ("q4_1", "q4_k", "q6_k")})
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
-@pytest.mark.parametrize("src", K_QUANT_CUDA_FILES, ids=lambda p: p.parent.name + "/" + p.name)
-def test_k_quant_cuda_step_files_compile_without_warnings(src, arch, tmp_path):
+@pytest.mark.parametrize("src", LATE_FORMAT_CUDA_FILES, ids=lambda p: p.parent.name + "/" + p.name)
+def test_late_format_cuda_step_files_compile_without_warnings(src, arch, tmp_path):
     """Compile only (no GPU needed): the step file alone includes CUDA headers and ours, no torch,
     so nvcc builds it here; any warning fails (host warnings too, -Wall)."""
     cmd = [
