@@ -10,9 +10,10 @@
 //                     shapes (K a multiple of 256, N over one pass of 8) and of every configuration, copy
 //                     bandwidth, and per-call times (CUDA events around each call, quantizer included; cold:
 //                     weights rotated over copies >= 4x L2; warm: one copy) at M = 4096, K = 14336, N = 1, 2,
-//                     4, 8: the production launchers, the configurations, the first version of the step
-//                     (v1_decode.cuh, what kquant-decode-214114.json measured) and chapter 6's Q4_0 decode
-//                     step (the same 33 MB of weights as Q4_K at this shape) as the yardstick.
+//                     4, 8: the production launchers, the configurations and chapter 6's Q4_0 decode step
+//                     (the same 33 MB of weights as Q4_K at this shape) as the yardstick. (The first version
+//                     of the step, which kquant-decode-214114.json measured, is in git history; the log
+//                     kq-variants-2222.log timed it beside this one.)
 //   variants check    the launchers and every configuration on small ragged shapes only (for compute-sanitizer)
 // Correctness: NMSE = sum (C - ref)^2 / sum ref^2 <= 1e-8 (testing.KERNEL_NMSE), ref in float64 from the
 // dequantized weights and the dequantized Q8_1 activations, quantized on the CPU as llama.cpp's
@@ -22,10 +23,6 @@
 // quantgemm_kernels.measure's (CUPTI). Build and run: tools/k_quants_cuda/variants.sh.
 #include "08_k_quants/1_decode.cu"
 #include "06_decode_tensor_cores/2_decode.cu"  // cuda_q4_0_q8_1_decode: the yardstick
-
-namespace v1 {
-#include "v1_decode.cuh"  // the first version: v1::cuda_q4_k_q8_1_decode, v1::cuda_q6_k_q8_1_decode
-}
 
 #include <algorithm>
 #include <cmath>
@@ -407,11 +404,6 @@ int main(int argc, char** argv) {
         }
         printf("check prod q%d_k worst nmse %.3g over %d shapes\n", fmt, worst,
                (int)(sizeof(shapes) / sizeof(shapes[0])));
-        // the first version, on its own workspace layout (Q8_1 blocks: 36 B per 32 values)
-        const double e1 = check(fmt == 4 ? v1::cuda_q4_k_q8_1_decode : v1::cuda_q6_k_q8_1_decode, fmt, 257, 9, 2048, 1,
-                                act_workspace_bytes(9, 2048));
-        printf("check v1   q%d_k M=257 N=9 K=2048 nmse %.3g\n", fmt, e1);
-        bad += !(e1 <= NMSE_MAX);
     }
     for (auto& v : VARS) {
         double worst = 0;
@@ -484,8 +476,6 @@ int main(int argc, char** argv) {
             for (int N : {1, 2, 4, 8}) row("ch6 q4_0 decode", cuda_q4_0_q8_1_decode, N);
         } else {
             Launch prod = fmt == 4 ? cuda_q4_k_q8_1_decode : cuda_q6_k_q8_1_decode;
-            Launch old = fmt == 4 ? v1::cuda_q4_k_q8_1_decode : v1::cuda_q6_k_q8_1_decode;
-            for (int N : {1, 2, 4, 8}) row("v1 (before)", old, N);
             for (auto& v : VARS)
                 if (v.fmt == fmt) row(v.name, v.fn, v.T);
             for (int N = 1; N <= NMAX; N++) row("prod", prod, N);
