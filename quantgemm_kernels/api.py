@@ -392,7 +392,7 @@ def pick_cuda_kernel(wfmt: str, N: int, M: int | None, cc: tuple[int, int], sms:
     # TO MEASURE (issue 23): those thresholds are Q4_0's crossover, decode against split-K wgmma;
     # Q4_1's and Q4_K's are decode against the mma step (32 CTAs for 132 SMs at M = 4096), not
     # measured yet. tools/q4_1_mma/gpu_check.sh times both at N = 1, 8, 64, 512 for Q4_1,
-    # tools/k_quants_cuda/mma_check.sh at N = 16, 64, 256, 512 for Q4_K; their thresholds belong here.
+    # tools/k_quants_cuda/gpu_check.sh at N = 1 to 512 for Q4_K; their thresholds belong here.
     # A format without a tensor-core kernel keeps the decode kernel at every N: it takes any N, in
     # passes of up to 8 tokens.
     names += [f"cuda_{wfmt}_q8_1_decode"] if cc >= (8, 0) else []
