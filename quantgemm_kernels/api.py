@@ -317,11 +317,13 @@ class QTensor:
 #: The kernel :func:`linear` picks, by device, weight format and batch size N. On CUDA:
 #:   * compute capability 9.0 (Hopper): the decode kernel while N is small, then the
 #:     warp-specialised wgmma kernel with split-K (8_wgmma_splitk.cu, which is the fourth step as it
-#:     is when W's 128-row tiles fill the GPU). The decode kernel's time grows with N, the wgmma
+#:     is when W's 128-row tiles fill the GPU), through its 64-token-tile form for N <= 64
+#:     (9_wgmma_narrow.cu, the fifth step itself past 64). The decode kernel's time grows with N, the wgmma
 #:     kernel's hardly does until its tiles fill the GPU.
 #:   * 8.x: the same with the mma.sync kernel; older GPUs: chapter 4's vectorised DP4A kernel.
 #:   * Q4_1 (chapter 7) and Q4_K (chapter 8): the decode kernel, then the mma.sync step on 8.x and 9.0
-#:     (no split-K kernel). Q6_K: its decode kernel at every N.
+#:     (no wgmma kernel), at their own measured crossovers (DECODE_MAX_N_MMA). Q6_K: its decode
+#:     kernel, then its mma.sync step where it has one.
 #: On the CPU: chapter 4's SIMD kernel (f32 weights: chapter 1's blocked kernel; K-quants: chapter 8's).
 #: The thresholds below are read off the H100 sweep
 #: bench_results/nvidia-h100-80gb-hbm3/2026-11-24/sweep-143850.json (cold): with 32 row tiles
@@ -340,6 +342,15 @@ class QTensor:
 CPU_STATIONARY = ("q4_0", "q8_0", "q4_1")
 DECODE_MAX_N_FEW_TILES = 8  # N up to which the decode kernel runs when M/128 < SMs/2
 DECODE_MAX_N = 5  # otherwise
+#: The formats whose tensor-core kernel is the mma.sync step (no split-K: 32 CTAs for 132 SMs at
+#: M = 4096, and about 270-300 us at K = 14336 whatever N up to 512): the decode kernel stays ahead
+#: far longer. Read off the H100 records (cold, M = 4096, K = 14336):
+#: bench_results/nvidia-h100-80gb-hbm3/2026-11-27/q4_1-crossover-000129.json, Q4_1: decode 187.7
+#: against mma 268.2 us at N = 32, 373.0 against 267.6 at N = 64; kquant-000116.json, Q4_K: decode
+#: 262.3 against mma 292.8 at N = 64, mma 305.0 at N = 256 (the decode kernel grows by about 4 us per
+#: token there). Between the measured N (Q4_1: 32 and 64; Q4_K: 64 and 256) the threshold is a
+#: choice. Other M, and GPUs other than the H100, are not measured.
+DECODE_MAX_N_MMA = {"q4_1": 32, "q4_k": 64}
 
 
 def pick_kernel(device, wfmt: str, N: int, M: int | None = None) -> Kernel:
@@ -379,20 +390,18 @@ def pick_cuda_kernel(wfmt: str, N: int, M: int | None, cc: tuple[int, int], sms:
     needed: :func:`choice_table` prints it for any GPU)."""
     few_tiles = M is not None and (M + 127) // 128 < sms // 2
     small = N <= (DECODE_MAX_N_FEW_TILES if few_tiles else DECODE_MAX_N)
+    if wfmt in DECODE_MAX_N_MMA:
+        small = N <= DECODE_MAX_N_MMA[wfmt]
     if cc >= (8, 0) and small:
         names = [f"cuda_{wfmt}_q8_1_decode"]
     elif cc == (9, 0):
-        names = [f"cuda_{wfmt}_q8_1_wgmma_splitk", f"cuda_{wfmt}_q8_1_mma"]
+        names = [f"cuda_{wfmt}_q8_1_wgmma_narrow", f"cuda_{wfmt}_q8_1_wgmma_splitk", f"cuda_{wfmt}_q8_1_mma"]
     elif cc >= (8, 0):
         names = [f"cuda_{wfmt}_q8_1_mma"]
     else:
         names = [f"cuda_{wfmt}_q8_1_vec_dp4a"]
-    # Q4_1 and Q4_K have the mma step (chapters 7 and 8) but no split-K kernel: on Hopper too they
-    # take the mma step past the thresholds above.
-    # TO MEASURE (issue 23): those thresholds are Q4_0's crossover, decode against split-K wgmma;
-    # Q4_1's and Q4_K's are decode against the mma step (32 CTAs for 132 SMs at M = 4096), not
-    # measured yet. tools/q4_1_mma/gpu_check.sh times both at N = 1, 8, 64, 512 for Q4_1,
-    # tools/k_quants_cuda/gpu_check.sh at N = 1 to 512 for Q4_K; their thresholds belong here.
+    # Q4_1 and Q4_K have the mma step (chapters 7 and 8) but no wgmma kernel: on Hopper too they
+    # take the mma step past their own thresholds (DECODE_MAX_N_MMA).
     # A format without a tensor-core kernel keeps the decode kernel at every N: it takes any N, in
     # passes of up to 8 tokens.
     names += [f"cuda_{wfmt}_q8_1_decode"] if cc >= (8, 0) else []

@@ -57,6 +57,7 @@ DEFAULT_KERNELS = (
     "cuda_{w}_q8_1_wgmma",
     "cuda_{w}_q8_1_wgmma_ws",
     "cuda_{w}_q8_1_wgmma_splitk",
+    "cuda_{w}_q8_1_wgmma_narrow",
 )
 DECODE_MAX_N = 64  #: the decode kernel's time grows with N (a pass per 8 tokens): not timed beyond
 COLD_FACTOR = 4.0  #: cold copies total at least this many times the L2

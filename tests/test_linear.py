@@ -142,23 +142,26 @@ def test_pick_kernel_on_the_cpu():
 def test_the_gpu_choice_follows_the_measured_crossovers():
     """api.pick_cuda_kernel without a GPU: on Hopper the decode kernel to N = 8 when W has few
     128-row tiles for the SMs (M = 4096: 32 tiles on 132 SMs) and to N = 5 otherwise, then the
-    split-K wgmma kernel; mma.sync on Ampere, DP4A before it; Q4_1 and Q4_K (no split-K kernel) the
-    decode kernel, then their mma.sync step, on Hopper too; Q6_K (no tensor-core kernel) the decode
-    kernel at every N. The thresholds come from the H100 record api.py cites (Q4_0's: Q4_1's and
-    Q4_K's own crossovers are not measured yet)."""
+    split-K wgmma kernel in its 64-token-tile form (the narrow step); mma.sync on Ampere, DP4A before
+    it; Q4_1 and Q4_K (no wgmma kernel) the decode kernel to their own crossovers (N = 32 and 64 on
+    the H100 records api.py cites), then their mma.sync step, on Hopper too."""
     from quantgemm_kernels import api
 
     pick = api.pick_cuda_kernel
     h100 = ((9, 0), 132)
     assert pick("q4_0", 1, 4096, *h100).name == "cuda_q4_0_q8_1_decode"
     assert pick("q4_0", 8, 4096, *h100).name == "cuda_q4_0_q8_1_decode"
-    assert pick("q4_0", 16, 4096, *h100).name == "cuda_q4_0_q8_1_wgmma_splitk"
+    assert pick("q4_0", 16, 4096, *h100).name == "cuda_q4_0_q8_1_wgmma_narrow"
     assert pick("q8_0", 5, 14336, *h100).name == "cuda_q8_0_q8_1_decode"
-    assert pick("q8_0", 8, 14336, *h100).name == "cuda_q8_0_q8_1_wgmma_splitk"
+    assert pick("q8_0", 8, 14336, *h100).name == "cuda_q8_0_q8_1_wgmma_narrow"
     assert pick("q4_1", 1, 4096, *h100).name == "cuda_q4_1_q8_1_decode"
+    assert pick("q4_1", 32, 4096, *h100).name == "cuda_q4_1_q8_1_decode"
+    assert pick("q4_1", 64, 4096, *h100).name == "cuda_q4_1_q8_1_mma"
     assert pick("q4_1", 512, 4096, *h100).name == "cuda_q4_1_q8_1_mma"
     assert pick("q4_1", 64, 4096, (8, 0), 108).name == "cuda_q4_1_q8_1_mma"
-    assert pick("q4_k", 8, 4096, *h100).name == "cuda_q4_k_q8_1_decode"
+    assert pick("q4_1", 16, 4096, (8, 0), 108).name == "cuda_q4_1_q8_1_decode"
+    assert pick("q4_k", 64, 4096, *h100).name == "cuda_q4_k_q8_1_decode"
+    assert pick("q4_k", 65, 4096, *h100).name == "cuda_q4_k_q8_1_mma"
     assert pick("q4_k", 512, 4096, *h100).name == "cuda_q4_k_q8_1_mma"
     assert pick("q6_k", 512, 4096, *h100).name == "cuda_q6_k_q8_1_decode"
     assert pick("q4_0", 64, 4096, (8, 0), 108).name == "cuda_q4_0_q8_1_mma"
@@ -166,7 +169,7 @@ def test_the_gpu_choice_follows_the_measured_crossovers():
     with pytest.raises(ValueError, match="no CUDA kernel for q4_1 weights on compute capability 7.5"):
         pick("q4_1", 1, 4096, (7, 5), 40)
     table = api.choice_table((9, 0), 132, ns=(1, 16))
-    assert "wgmma_splitk" in table and "decode" in table and "q4_1" in table
+    assert "wgmma_narrow" in table and "decode" in table and "q4_1" in table
 
 
 def test_split_k_fills_the_sms_once():

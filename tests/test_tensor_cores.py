@@ -78,7 +78,8 @@ def test_fused_kernels_are_deterministic_on_a_large_shape(kernel):
     assert torch.equal(C1, C2)
 
 
-SPLITK = [k for k in qk.KERNELS.values() if k.name.endswith("_splitk")]
+SPLITK = [k for k in qk.KERNELS.values() if k.name.endswith(("_splitk", "_narrow"))]
+NARROW = [k for k in qk.KERNELS.values() if k.name.endswith("_narrow")]
 WGMMA = [k for k in qk.KERNELS.values() if "wgmma" in k.name and k not in SPLITK]
 
 
@@ -120,7 +121,7 @@ def test_splitk_regroups_the_fourth_steps_sums(kernel, dist, M, N, K):
     A, W = kernel_inputs(k, M, N, K, dist, seed=M + N + K)
     At, Wq = torch.from_numpy(A).cuda(), qk.quantize(torch.from_numpy(W).cuda(), k.wfmt)
     C = qk.gemm(At, Wq, kernel)
-    C_ws = qk.gemm(At, Wq, kernel.replace("_splitk", "_ws"))
+    C_ws = qk.gemm(At, Wq, re.sub(r"_(splitk|narrow)$", "_ws", kernel))
     if K < 2048:
         assert torch.equal(C, C_ws), f"{(C != C_ws).sum().item()} of {C.numel()} outputs differ with one split"
         return
@@ -129,6 +130,28 @@ def test_splitk_regroups_the_fourth_steps_sums(kernel, dist, M, N, K):
     scale = C_ws[fin].abs().max().item() if fin.any() else 0.0
     err = (C[fin] - C_ws[fin]).abs().max().item() if fin.any() else 0.0
     assert err <= 2e-6 * scale, f"max |split-K - one CTA per tile| = {err:.3g}, largest |output| {scale:.3g}"
+
+
+@requires_cuda
+@pytest.mark.parametrize("kernel", [kernel_param(k) for k in NARROW])
+@pytest.mark.parametrize("dist", ["normal", "outliers", "zeros"])
+@pytest.mark.parametrize(
+    "M,N,K",
+    [(300, 64, 512), (256, 33, 14336), (4096, 16, 14336), (131, 1, 8192), (1000, 3, 4352), (200, 65, 8192)],
+    ids=lambda v: str(v),
+)
+def test_narrow_tiles_compute_the_fifth_steps_bits(kernel, dist, M, N, K):
+    """The sixth step (64-token tiles for N <= 64) multiplies the same blocks in the same splits and
+    order as the fifth, with one consumer warpgroup instead of two: every output bit is the same,
+    at N <= 64 (the narrow kernel) and past it (the fifth step itself)."""
+    from quantgemm_kernels.testing import kernel_inputs
+
+    k = qk.KERNELS[kernel]
+    A, W = kernel_inputs(k, M, N, K, dist, seed=M + N + K)
+    At, Wq = torch.from_numpy(A).cuda(), qk.quantize(torch.from_numpy(W).cuda(), k.wfmt)
+    C = qk.gemm(At, Wq, kernel)
+    C_splitk = qk.gemm(At, Wq, kernel.replace("_narrow", "_splitk"))
+    assert torch.equal(C, C_splitk), f"{(C != C_splitk).sum().item()} of {C.numel()} outputs differ"
 
 
 @requires_cuda

@@ -52,7 +52,8 @@ __global__ void __launch_bounds__(256)
 }
 }  // namespace
 
-template <class WF>
+// CW: consumer warpgroups per CTA (2; the sixth step, 9_wgmma_narrow.cu, passes 1 for N <= 64).
+template <class WF, int CW>
 void gemm_q8_1_wgmma_splitk(const GemmProblem& p, cudaStream_t stream) {
     int dev = 0, sms = 0;
     cudaGetDevice(&dev);
@@ -60,12 +61,12 @@ void gemm_q8_1_wgmma_splitk(const GemmProblem& p, cudaStream_t stream) {
     // [excerpt: splitk_launch]
     const int splits = wgmma_splits(p.N, p.M, p.K, sms);
     if (splits == 1) {  // the tiles fill the GPU (or K is short): the fourth step as it is
-        gemm_q8_1_wgmma_ws<WF>(p, stream);
+        wg::launch_wgmma_ws<WF, false, CW>(p, stream, 1, p.C);
         return;
     }
     // the binding sized the workspace with splitk_workspace_bytes: the partials follow the activations
     float* partial = (float*)((uint8_t*)p.workspace + splitk_offset(p.N, p.K));
-    wg::launch_wgmma_ws<WF, true>(p, stream, splits, partial);
+    wg::launch_wgmma_ws<WF, true, CW>(p, stream, splits, partial);
     const int64_t plane = (int64_t)p.N * p.M;
     const int64_t items = plane % 4 == 0 ? plane / 4 : plane;
     const int blocks = (int)std::min<int64_t>((items + 255) / 256, (int64_t)sms * 8);
@@ -76,8 +77,10 @@ void gemm_q8_1_wgmma_splitk(const GemmProblem& p, cudaStream_t stream) {
     // [end excerpt: splitk_launch]
 }
 
-template void gemm_q8_1_wgmma_splitk<w_q4_0>(const GemmProblem&, cudaStream_t);
-template void gemm_q8_1_wgmma_splitk<w_q8_0>(const GemmProblem&, cudaStream_t);
+template void gemm_q8_1_wgmma_splitk<w_q4_0, 2>(const GemmProblem&, cudaStream_t);
+template void gemm_q8_1_wgmma_splitk<w_q8_0, 2>(const GemmProblem&, cudaStream_t);
+template void gemm_q8_1_wgmma_splitk<w_q4_0, 1>(const GemmProblem&, cudaStream_t);
+template void gemm_q8_1_wgmma_splitk<w_q8_0, 1>(const GemmProblem&, cudaStream_t);
 }  // namespace gpu
 
 void cuda_q4_0_q8_1_wgmma_splitk(const GemmProblem& p, cudaStream_t stream) {

@@ -2,21 +2,27 @@
 // the fourth step (7_wgmma_ws.cu: one CTA per tile, the whole K) and the fifth (8_wgmma_splitk.cu:
 // the K steps of a tile split over gridDim.z CTAs, whose partial sums a second kernel adds). The
 // kernel is described at the top of 7_wgmma_ws.cu; with gridDim.z = 1 CTA z = 0 takes every K step
-// and writes C, and the two steps compute the same bits.
+// and writes C, and the two steps compute the same bits. The sixth step (9_wgmma_narrow.cu) runs it
+// with one consumer warpgroup (CW = 1): 64 tokens per tile, for N <= 64.
 #pragma once
 #include "wgmma.cuh"
 
 namespace gpu {
 namespace wg {
 namespace {
-constexpr int CONSUMERS = 256;            // warpgroups 0 and 1: tokens 0..63, 64..127
-constexpr int THREADS = CONSUMERS + 128;  // warpgroup 2: the producer
+// CW consumer warpgroups (2: tokens 0..63 and 64..127 of the tile; 1: tokens 0..63), then the producer
+template <int CW>
+constexpr int CONSUMERS = 128 * CW;
+template <int CW>
+constexpr int THREADS = CONSUMERS<CW> + 128;
 constexpr int STAGES = 2;
 constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
 constexpr bool PDL = true;  // programmatic dependent launch: start while the quantizer finishes
 
-static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * CONSUMERS <= 65536 / THREADS / 8 * 8 * THREADS,
+static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * CONSUMERS<2> <= 65536 / THREADS<2> / 8 * 8 * THREADS<2>,
               "setmaxnreg can only move the registers the CTA got at launch");
+// With one consumer warpgroup (256 threads) every thread may keep up to 255 registers from the
+// launch: no setmaxnreg.
 // The producer thread of a row unpacks a K step in PARTS parts (fewer live registers per part:
 // Q8_0's 4 blocks of 34 bytes would not fit the producer's 40 registers).
 template <class WF>
@@ -47,8 +53,8 @@ __device__ __forceinline__ void set_max_regs_inc() {
 }
 #endif
 
-template <class WF, bool SPLIT>
-__global__ void __launch_bounds__(THREADS, 1)
+template <class WF, bool SPLIT, int CW>
+__global__ void __launch_bounds__(THREADS<CW>, 1)
     wgmma_ws_kernel(const uint8_t* __restrict__ ws, const __grid_constant__ CUtensorMap wmap,
                     const typename WF::block* __restrict__ W, float* __restrict__ C, int64_t split_plane, int N, int M,
                     int K) {
@@ -68,21 +74,21 @@ __global__ void __launch_bounds__(THREADS, 1)
     const int m0 = blockIdx.x * BM;
     const int tid = threadIdx.x;
 
-    for (int i = tid; i < BM * QK / 16; i += THREADS)
+    for (int i = tid; i < BM * QK / 16; i += THREADS<CW>)
         ((uint4*)sm.ones)[i] = make_uint4(0x80808080u, 0x80808080u, 0x80808080u, 0x80808080u);
     if (tid == 0)
         for (int i = 0; i < STAGES; i++) {
             bar_init(&sm.acts[i], 1);  // the producer's expect_tx, then the copy's bytes
             bar_init(&sm.raw_in[i], 1);
-            bar_init(&sm.full[i], 128);         // every producer thread, after its row
-            bar_init(&sm.empty[i], CONSUMERS);  // every consumer thread, after its last read
+            bar_init(&sm.full[i], 128);             // every producer thread, after its row
+            bar_init(&sm.empty[i], CONSUMERS<CW>);  // every consumer thread, after its last read
         }
     fence_proxy_async();  // the barriers' init, the ones: seen by the async proxy
     __syncthreads();
 
-    if (tid >= CONSUMERS) {  // ---- producer warpgroup
-        set_max_regs_dec<PRODUCER_REGS>();
-        const int r = tid - CONSUMERS;                                          // this thread's weight row
+    if (tid >= CONSUMERS<CW>) {  // ---- producer warpgroup
+        if constexpr (CW == 2) set_max_regs_dec<PRODUCER_REGS>();
+        const int r = tid - CONSUMERS<CW>;                                      // this thread's weight row
         const typename WF::block* wrow = W + (int64_t)min(m0 + r, M - 1) * nb;  // rows past M repeat the last
         const uint8_t* units = ws + (int64_t)blockIdx.y * steps * QG_WGMMA_UNIT_BYTES;
         // The raw weights of step s + 1 are copied while step s is unpacked (their buffer's last
@@ -93,6 +99,23 @@ __global__ void __launch_bounds__(THREADS, 1)
             const int i = (s - s_begin) % STAGES;
             bar_expect(&sm.raw_in[i], BM * Smem<WF>::RAW_ROW);
             tma_copy_2d(&sm.raw[i][0][0], &wmap, s * Smem<WF>::RAW_ROW / 2, m0, &sm.raw_in[i]);
+        };
+        // The activations of step s into stage st: the whole unit (128 tokens), or with one consumer
+        // warpgroup the first 64 tokens of each block (the first half of its quants and of its pairs).
+        auto copy_acts = [&](Stage& st, int s, uint64_t* bar) {
+            const uint8_t* unit = units + (int64_t)s * QG_WGMMA_UNIT_BYTES;
+            if constexpr (CW == 2) {
+                bar_expect(bar, QG_WGMMA_UNIT_BYTES);
+                bulk_copy(&st.a[0][0], unit, QG_WGMMA_UNIT_BYTES, bar);
+            } else {
+                bar_expect(bar, KB * 64 * (QK + (int)sizeof(float2)));
+#pragma unroll
+                for (int b = 0; b < KB; b++) {
+                    bulk_copy(&st.a[b][0], unit + b * BN * QK, 64 * QK, bar);
+                    bulk_copy(&st.ad[b][0], unit + KB * BN * QK + b * BN * (int)sizeof(float2),
+                              64 * (int)sizeof(float2), bar);
+                }
+            }
         };
         if (r == 0 && aligned) copy_raw(s_begin);
         // [excerpt: producer_loop]
@@ -106,8 +129,7 @@ __global__ void __launch_bounds__(THREADS, 1)
                 // Launched with PDL, the CTA may start while the quantizer still runs: the barriers,
                 // the first weight copies and (for s = 0) nothing else came before this wait.
                 if (s == s_begin) grid_dependency_wait();
-                bar_expect(&sm.acts[i], QG_WGMMA_UNIT_BYTES);
-                bulk_copy(&st.a[0][0], units + (int64_t)s * QG_WGMMA_UNIT_BYTES, QG_WGMMA_UNIT_BYTES, &sm.acts[i]);
+                copy_acts(st, s, &sm.acts[i]);
             }
             if (aligned) bar_wait(&sm.raw_in[i], round & 1);
             auto chunk = [&](int part, int c) {
@@ -126,7 +148,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     }
 
     // ---- consumer warpgroups
-    set_max_regs_inc<CONSUMER_REGS>();
+    if constexpr (CW == 2) set_max_regs_inc<CONSUMER_REGS>();
     const int lane = tid % 32, warp = tid / 32;
     const int g = lane / 4, t = lane % 4;
     const int wg = warp / 4;                        // warpgroup: tokens 64 wg ..
@@ -181,11 +203,14 @@ __global__ void __launch_bounds__(THREADS, 1)
 }
 
 // Launch the kernel for p over `splits` CTAs per tile (grid.z; 1 unless SPLIT); `out` is p.C
-// without SPLIT, else `splits` planes of p.N x p.M partial sums.
-template <class WF, bool SPLIT>
+// without SPLIT, else `splits` planes of p.N x p.M partial sums. CW = 1 (one consumer warpgroup)
+// takes tokens 0..63 of a tile only: N <= 64.
+template <class WF, bool SPLIT, int CW = 2>
 void launch_wgmma_ws(const GemmProblem& p, cudaStream_t stream, int splits, float* out) {
+    static_assert(CW == 1 || CW == 2, "one or two consumer warpgroups");
+    if (CW == 1 && p.N > 64) throw std::logic_error("the one-warpgroup wgmma kernel takes at most 64 tokens");
     const size_t smem = sizeof(Smem<WF>);
-    cudaFuncSetAttribute(wgmma_ws_kernel<WF, SPLIT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    cudaFuncSetAttribute(wgmma_ws_kernel<WF, SPLIT, CW>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     const int64_t plane = (int64_t)p.N * p.M;
     wgmma_prepare_and_launch<WF>(
         p, stream, [&](dim3 grid, const uint8_t* ws, const CUtensorMap& wmap, float* C, int N) {
@@ -193,7 +218,7 @@ void launch_wgmma_ws(const GemmProblem& p, cudaStream_t stream, int splits, floa
             // at once); the producer waits for its writes before the first activation copy.
             grid.z = splits;
             float* o = out + (C - p.C);  // this launch's tiles (gridDim.y is capped: tiles go in launches)
-            launch_maybe_pdl(wgmma_ws_kernel<WF, SPLIT>, grid, dim3(THREADS), smem, stream, PDL, ws, wmap,
+            launch_maybe_pdl(wgmma_ws_kernel<WF, SPLIT, CW>, grid, dim3(THREADS<CW>), smem, stream, PDL, ws, wmap,
                              (const typename WF::block*)p.W, o, plane, N, p.M, p.K);
         });
 }
@@ -202,4 +227,7 @@ void launch_wgmma_ws(const GemmProblem& p, cudaStream_t stream, int splits, floa
 
 template <class WF>
 void gemm_q8_1_wgmma_ws(const GemmProblem& p, cudaStream_t stream);  // the fourth step (7_wgmma_ws.cu)
+// the fifth (8_wgmma_splitk.cu); with CW = 1, the sixth's kernel for N <= 64 (9_wgmma_narrow.cu)
+template <class WF, int CW = 2>
+void gemm_q8_1_wgmma_splitk(const GemmProblem& p, cudaStream_t stream);
 }  // namespace gpu
