@@ -321,9 +321,8 @@ class QTensor:
 #:     (9_wgmma_narrow.cu, the fifth step itself past 64). The decode kernel's time grows with N, the wgmma
 #:     kernel's hardly does until its tiles fill the GPU.
 #:   * 8.x: the same with the mma.sync kernel; older GPUs: chapter 4's vectorised DP4A kernel.
-#:   * Q4_1 (chapter 7) and Q4_K (chapter 8): the decode kernel, then the mma.sync step on 8.x and 9.0
-#:     (no wgmma kernel), at their own measured crossovers (DECODE_MAX_N_MMA). Q6_K: its decode
-#:     kernel, then its mma.sync step where it has one.
+#:   * Q4_1 (chapter 7), Q4_K and Q6_K (chapter 8): the decode kernel, then the mma.sync step on 8.x
+#:     and 9.0 (no wgmma kernel), at their own crossovers (DECODE_MAX_N_MMA; Q6_K's is Q4_K's for now).
 #: On the CPU: chapter 4's SIMD kernel (f32 weights: chapter 1's blocked kernel; K-quants: chapter 8's).
 #: The thresholds below are read off the H100 sweep
 #: bench_results/nvidia-h100-80gb-hbm3/2026-11-24/sweep-143850.json (cold): with 32 row tiles
@@ -350,7 +349,10 @@ DECODE_MAX_N = 5  # otherwise
 #: 262.3 against mma 292.8 at N = 64, mma 305.0 at N = 256 (the decode kernel grows by about 4 us per
 #: token there). Between the measured N (Q4_1: 32 and 64; Q4_K: 64 and 256) the threshold is a
 #: choice. Other M, and GPUs other than the H100, are not measured.
-DECODE_MAX_N_MMA = {"q4_1": 32, "q4_k": 64}
+#: Q6_K: Q4_K's threshold, its own crossover not measured yet (the same record has its decode kernel
+#: at 85.2 us for N = 16 and 316.2 for N = 64, but no Q6_K mma step yet; tools/k_quants_cuda/gpu_check.sh
+#: measures both). Without an entry it would take the mma step from N = 6 (Q4_0's DECODE_MAX_N).
+DECODE_MAX_N_MMA = {"q4_1": 32, "q4_k": 64, "q6_k": 64}
 
 
 def pick_kernel(device, wfmt: str, N: int, M: int | None = None) -> Kernel:
@@ -400,8 +402,8 @@ def pick_cuda_kernel(wfmt: str, N: int, M: int | None, cc: tuple[int, int], sms:
         names = [f"cuda_{wfmt}_q8_1_mma"]
     else:
         names = [f"cuda_{wfmt}_q8_1_vec_dp4a"]
-    # Q4_1 and Q4_K have the mma step (chapters 7 and 8) but no wgmma kernel: on Hopper too they
-    # take the mma step past their own thresholds (DECODE_MAX_N_MMA).
+    # Q4_1, Q4_K and Q6_K have the mma step (chapters 7 and 8) but no wgmma kernel: on Hopper too
+    # they take the mma step past their own thresholds (DECODE_MAX_N_MMA).
     # A format without a tensor-core kernel keeps the decode kernel at every N: it takes any N, in
     # passes of up to 8 tokens.
     names += [f"cuda_{wfmt}_q8_1_decode"] if cc >= (8, 0) else []

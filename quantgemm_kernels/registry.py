@@ -596,6 +596,18 @@ _CUDA = [
         sum_x=True,
         file="06_decode_tensor_cores/4_mma.cu",
     ),
+    # chapter 8: Q6_K weights through chapter 6's mma step (prefill); no sum_x mode (4_mma.cu says why)
+    Kernel(
+        "cuda_q6_k_q8_1_mma",
+        "cuda",
+        "q6_k",
+        "q8_1",
+        8,
+        "int8 tensor cores, 128x128 tiles, a super-block per K step unpacked to q - 32; two k16 mmas per block, d sc each",
+        fused_quant=True,
+        min_sm=(8, 0),
+        file="06_decode_tensor_cores/4_mma.cu",
+    ),
 ]
 
 KERNELS: dict[str, Kernel] = {k.name: k for k in sorted(_CPU + _CUDA, key=lambda k: k.chapter)}

@@ -209,7 +209,7 @@ def test_k_quant_cuda_kernels_refuse_a_k_that_is_not_whole_super_blocks(kernel):
 
 NVCC = shutil.which("nvcc")
 # the step files of the chapter 7 and 8 CUDA kernels (Q4_1, Q4_K, Q6_K weights): 2_decode.cu, 4_mma.cu
-# with its Q4_1 and Q4_K policies, 08_k_quants/1_decode.cu
+# with its Q4_1, Q4_K and Q6_K policies, 08_k_quants/1_decode.cu
 LATE_FORMAT_CUDA_FILES = sorted({k.source for k in qk.kernels(device="cuda") if k.wfmt in ("q4_1", "q4_k", "q6_k")})
 
 

@@ -144,7 +144,8 @@ def test_the_gpu_choice_follows_the_measured_crossovers():
     128-row tiles for the SMs (M = 4096: 32 tiles on 132 SMs) and to N = 5 otherwise, then the
     split-K wgmma kernel in its 64-token-tile form (the narrow step); mma.sync on Ampere, DP4A before
     it; Q4_1 and Q4_K (no wgmma kernel) the decode kernel to their own crossovers (N = 32 and 64 on
-    the H100 records api.py cites), then their mma.sync step, on Hopper too."""
+    the H100 records api.py cites), then their mma.sync step, on Hopper too; Q6_K likewise at Q4_K's
+    threshold (its own is not measured yet)."""
     from quantgemm_kernels import api
 
     pick = api.pick_cuda_kernel
@@ -163,7 +164,8 @@ def test_the_gpu_choice_follows_the_measured_crossovers():
     assert pick("q4_k", 64, 4096, *h100).name == "cuda_q4_k_q8_1_decode"
     assert pick("q4_k", 65, 4096, *h100).name == "cuda_q4_k_q8_1_mma"
     assert pick("q4_k", 512, 4096, *h100).name == "cuda_q4_k_q8_1_mma"
-    assert pick("q6_k", 512, 4096, *h100).name == "cuda_q6_k_q8_1_decode"
+    assert pick("q6_k", 64, 4096, *h100).name == "cuda_q6_k_q8_1_decode"
+    assert pick("q6_k", 512, 4096, *h100).name == "cuda_q6_k_q8_1_mma"
     assert pick("q4_0", 64, 4096, (8, 0), 108).name == "cuda_q4_0_q8_1_mma"
     assert pick("q4_0", 1, 4096, (7, 5), 40).name == "cuda_q4_0_q8_1_vec_dp4a"
     with pytest.raises(ValueError, match="no CUDA kernel for q4_1 weights on compute capability 7.5"):

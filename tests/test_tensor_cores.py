@@ -179,8 +179,10 @@ MMQ_SUM_X = [k for k in SUM_X if "mma" in k.name]  # mma and wgmma steps: MMQ's 
 
 
 def test_every_chapter_6_kernel_but_a_ladder_step_offers_the_sum_x_mode():
+    """All but decode_fused (a ladder step) and the mma steps whose activation scale MMQ keeps in
+    float32 (Q8_0, Q6_K: the magic-number conversion needs d_a in 22 significant bits at most)."""
     assert {k.name for k in SUM_X} == {
-        n for n in FUSED if n not in ("cuda_q4_0_q8_1_decode_fused", "cuda_q8_0_q8_1_mma")
+        n for n in FUSED if n not in ("cuda_q4_0_q8_1_decode_fused", "cuda_q8_0_q8_1_mma", "cuda_q6_k_q8_1_mma")
     }
     assert {k.name for k in DECODE_SUM_X} == {
         "cuda_q4_0_q8_1_decode",
@@ -280,23 +282,25 @@ def test_sum_x_mode_matches_llamacpps_cuda_mul_mat(kernel, shape):
     assert R.nmse(ours, theirs) <= 1e-9
 
 
-#: LLM layer sizes for the Q4_1 and Q4_K prefill kernels: Llama-3-8B's down projection at prefill
+#: LLM layer sizes for the Q4_1, Q4_K and Q6_K prefill kernels: Llama-3-8B's down projection at prefill
 #: and a ragged batch, its up projection with 9 tokens; too big for the numpy reference ([N, M, K/32]
 #: integers)
 MMA_LLM_SHAPES = [(4096, 512, 14336), (4096, 77, 14336), (14336, 9, 4096)]
-MMA_WITH_A_DECODE_TWIN = ["cuda_q4_1_q8_1_mma", "cuda_q4_k_q8_1_mma"]
+MMA_WITH_A_DECODE_TWIN = ["cuda_q4_1_q8_1_mma", "cuda_q4_k_q8_1_mma", "cuda_q6_k_q8_1_mma"]
 
 
 @requires_cuda
 @pytest.mark.parametrize("kernel", [kernel_param(qk.KERNELS[n]) for n in MMA_WITH_A_DECODE_TWIN])
 @pytest.mark.parametrize("M,N,K", MMA_LLM_SHAPES, ids=lambda v: str(v))
-def test_q4_1_and_q4_k_mma_equal_their_decode_kernels_on_llm_sizes(kernel, M, N, K):
+def test_late_format_mma_steps_equal_their_decode_kernels_on_llm_sizes(kernel, M, N, K):
     """At LLM sizes the Q4_1 mma step is checked against chapter 7's decode kernel, itself checked
     against the reference on the ragged shapes: both quantize A to the same Q8_1 bytes (the
     reference quantizer's) and add d_w d_a sumi + m_w s_a per block in float32, in other orders,
     so they differ by float32 rounding only (NMSE ~1e-14; the threshold is testing.KERNEL_NMSE).
     The Q4_K mma step likewise against chapter 8's decode kernel: both add d sc_j d_a sumi and
-    -dmin m_j d_a sum(q_a) per block of 32 (the scale and min products exact in float32)."""
+    -dmin m_j d_a sum(q_a) per block of 32 (the scale and min products exact in float32); the Q6_K
+    mma step too: both add d sc_t d_a sumi per 16 values, the mma step with each 16-value sum from
+    its own k = 16 mma."""
     k = qk.KERNELS[kernel]
     g = torch.Generator().manual_seed(M + N)
     A, W = torch.randn(N, K, generator=g).cuda(), torch.randn(M, K, generator=g).cuda()

@@ -100,6 +100,15 @@ struct w_q4_k {
     static constexpr int qs_words = QK / 4;  // a block's 32 values, unpacked: 8 words of int8
     static constexpr bool mmq_scales = MMQ;
 };
+// Chapter 8: Q6_K as chapter 6's mma step reads it. A super-block (256 values, 210 B) is 8 blocks of
+// 32 whose 6-bit quants q are unpacked while staging (mma.cuh) into the int8 values q - 32, as Q8_0's
+// quants are kept; but its scales d * sc_t come per 16 values (t = 0..15), two per block of 32, so
+// the step runs one mma of k = 16 per scale (mma_tile.cuh). No min: the activations' s is not read.
+struct w_q6_k {
+    using block = block_q6_k;                // the stored super-block
+    static constexpr int offset = 0;         // the 32 is subtracted at staging: the values are signed
+    static constexpr int qs_words = QK / 4;  // a block's 32 values, unpacked: 8 words of int8
+};
 
 template <class WF>
 constexpr bool has_min = false;  // whether a block stores a min m after d
@@ -112,8 +121,15 @@ template <class WF>
 constexpr int blocks_per_stored = 1;
 template <bool MMQ>
 constexpr int blocks_per_stored<w_q4_k<MMQ>> = QK_K / QK;
+template <>
+constexpr int blocks_per_stored<w_q6_k> = QK_K / QK;
 template <class WF>
 constexpr bool is_k_quant = blocks_per_stored<WF> > 1;
+// whether a block of 32 has two scales, one per 16 values (Q6_K), instead of one
+template <class WF>
+constexpr bool has_half_scales = false;
+template <>
+constexpr bool has_half_scales<w_q6_k> = true;
 
 // One block's contribution, from the integer dot product and the three scales (and the weight
 // block's min m_w, for formats that have one).

@@ -48,12 +48,19 @@
 // Outside the sum_x mode the scales are exact in float32 and s = d_a sum(q_a) (the reference's and
 // MMVQ's min term); in it, llama.cpp's MMQ exactly (load_tiles_q4_K, vec_dot_q8_1_q8_1_mma): d sc_j
 // and dmin m_j rounded to fp16, s = MMQ's sum of x. Shared memory as Q4_1: 188.5 KB per CTA.
+// Chapter 8, Q6_K (cuda_q6_k_q8_1_mma): WF = w_q6_k, a K step is one 210-byte super-block, which starts
+// at an even offset of a 16-byte chunk: each half row copies the 10 chunks that cover its half of it
+// (mma.cuh), and its 8 blocks of 32 are unpacked to int8 q - 32 and stored as Q8_0's quants. Each block
+// has two scales d sc_t, one per 16 values, so the K loop runs two mmas of k = 16 per k32 fragment pair
+// and scales each sum by its own (mma_tile.cuh). As for Q8_0 there is no sum_x mode: Q6_K has no min
+// term, so s is never read, and MMQ's Q6_K path keeps the activations' d in float32 (its D4 layout),
+// whose c = -12582912 d_a the magic-number conversion would round. Shared memory: 200.25 KB per CTA.
 // Grid: mma_tile.cuh's.
 #include "mma_tile.cuh"
 
 namespace gpu {
 namespace {
-// The weights as int8 values [row][block * 32 + k] (Q4_0: 16 (q - 8), Q4_1 and Q4_K: q), unpacked
+// The weights as int8 values [row][block * 32 + k] (Q4_0: 16 (q - 8), Q4_1 and Q4_K: q, Q6_K: q - 32), unpacked
 // once per CTA; the fragments come by ldmatrix.
 struct Unpacked {
     template <class WF>
@@ -75,7 +82,7 @@ struct Unpacked {
                                 (q[3] >> 4) & 0x0F0F0F0Fu);
             tile.wd[b][wd_slot(r)] = d;  // the min: mma_tile.cuh stores it beside
         } else {
-            // Q8_0's quants, and Q4_K's values (unpacked by the staging, mma.cuh): as they are
+            // Q8_0's quants, and Q4_K's and Q6_K's values (unpacked by the staging, mma.cuh): as they are
             dst[0] = make_uint4(q[0], q[1], q[2], q[3]);
             dst[1] = make_uint4(q[4], q[5], q[6], q[7]);
             tile.wd[b][wd_slot(r)] = d;
@@ -110,4 +117,9 @@ void cuda_q4_k_q8_1_mma(const GemmProblem& p, cudaStream_t stream) {
         gpu::gemm_q8_1_mma<gpu::w_q4_k<true>, gpu::Unpacked>(p, stream);
     else
         gpu::gemm_q8_1_mma<gpu::w_q4_k<false>, gpu::Unpacked>(p, stream);
+}
+
+// Chapter 8: the reference's activation bytes only (no sum_x mode: see the top of this file).
+void cuda_q6_k_q8_1_mma(const GemmProblem& p, cudaStream_t stream) {
+    gpu::gemm_q8_1_mma<gpu::w_q6_k, gpu::Unpacked>(p, stream);
 }

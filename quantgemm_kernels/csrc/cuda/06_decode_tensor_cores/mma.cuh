@@ -4,7 +4,8 @@
 // = -MAGIC_F * d) [N][K/32]. llama.cpp's MMQ does the same with its own q8_1_mmq layout (d only,
 // for Q4_0 and Q8_0 weights: s is not needed). Q4_1 weights (chapter 7) need s for their min term
 // m_w * s_a: for them the pairs are (d, s) instead; Q4_K weights (chapter 8) too, with s = d * sum(q)
-// unrounded outside the sum_x mode. Then mma_s8, one mma.sync.m16n8k32 on int8.
+// unrounded outside the sum_x mode. Then mma_s8, one mma.sync.m16n8k32 on int8 (Q6_K weights,
+// chapter 8: mma_s8_k16, two of k = 16 per block of 32, one per weight scale).
 //
 // Integer to float for free: the mma adds its int32 accumulator input to the product, and
 // 0x4B400000 is the float 1.5 * 2^23. With that as the input, the result's bits are the float
@@ -121,6 +122,21 @@ __device__ __forceinline__ void mma_s8(int (&d)[4], const int (&a)[4], const int
 #endif
 }
 
+// Q6_K (chapter 8): D = A (16 x 16) * B (16 x 8) + c, mma.sync.m16n8k16 on int8. Its fragments are
+// the halves of mma_s8's: a0, a1 (rows g, g + 8 at k 4t..4t+3) and b0 (k 4t..4t+3) are k 0..15 of a
+// block, a2, a3 and b1 are k 16..31. So the k32 fragments (ldmatrix) feed two of these unchanged, one
+// per 16 values, and each sum comes out alone, to be scaled by its own sc_t.
+__device__ __forceinline__ void mma_s8_k16(int (&d)[4], int a0, int a1, int b0, int c) {
+#if __CUDA_ARCH__ >= 800
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%7,%7,%7};\n"
+        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+        : "r"(a0), "r"(a1), "r"(b0), "r"(c));
+#else
+    __trap();  // the launchers refuse GPUs older than sm_80
+#endif
+}
+
 // Q4_0's signed nibbles: a nibble q moved to the top of its byte is the int8 16 * q, and flipping
 // bit 7 makes it 16 * (q - 8). From quant word v (low nibbles: elements 4t..4t+3, high: 16+4t..):
 // [excerpt: q4_0_signed]
@@ -200,6 +216,89 @@ struct RawPart<w_q4_k<MMQ>, KB, PARTS> {
     static_assert(KB * QK == QK_K, "a K step is one super-block");
     static_assert(QK_K / 2 % (16 * PARTS) == 0 && BPP % 2 == 0, "parts of whole chunks and whole 64-value groups");
 };
+
+// Chapter 8, Q6_K: a K step is one super-block of the row, 210 B = 13 x 16 + 2: super-blocks do not
+// start on 16-byte boundaries but at an even offset o (0..14) of one, moving by 2 bytes from one to the
+// next. Part p (PARTS = 2) is half p of the super-block, blocks 4p..4p+3 (values 128p..128p+127): it
+// needs ql bytes 64p.., qh bytes 128 + 32p.., the 8 scales at 192 + 8p and d at 208. Counted from the
+// 16-byte chunk that holds the super-block's first byte, for every o, those lie in chunks 4p..4p+4 (ql),
+// 8 + 2p..10 + 2p (qh), 12 and 13 (scales, d): 10 chunks per part, 160 B copied for 105 used. The
+// part's chunks, back to back, hold ql byte 64p + x at o + x, qh byte 128 + 32p + x at 80 + o + x,
+// scale 8p + x at 128 + o + 8p + x and d at 144 + o (mma_unpack_q6_k_part). Chunk 13 of W's last
+// super-block reaches past the end of W (by 14 - o bytes): load16_until copies it.
+// llama.cpp's MMQ (load_tiles_q6_K) reads the 2-byte aligned words from global memory instead, two
+// 16-bit loads each (get_int_b2); here every copy is a 16-byte cp.async, as for the other formats.
+template <int KB, int PARTS>
+struct RawPart<w_q6_k, KB, PARTS> {
+    static constexpr int BPP = KB / PARTS;  // blocks per part: 4
+    static constexpr int CHUNKS = 10;
+    static constexpr int QH = 5, TAIL = 8;  // the part's chunks: ql from 0, qh from QH, scales and d from TAIL
+    __host__ __device__ static constexpr int chunk(int p, int c) {
+        return c < QH ? 4 * p + c : c < TAIL ? 8 + 2 * p + (c - QH) : 12 + (c - TAIL);
+    }
+    static_assert(KB * QK == QK_K && PARTS == 2, "a K step is one super-block, a part one half of it");
+};
+
+// The 16-byte chunk at src (16-byte aligned) up to end (2-byte aligned, past src) with 16-bit loads,
+// zeros after: the last chunk of W's last Q6_K super-block, which a 16-byte copy would read past the
+// allocation (compute-sanitizer memcheck reports it).
+__device__ __forceinline__ uint4 load16_until(const void* src, const void* end) {
+    const uint16_t* h = (const uint16_t*)src;
+    const int n = (int)(((const char*)end - (const char*)src) / 2);
+    uint32_t w[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+        if (i < n) w[i / 2] |= (uint32_t)h[i] << (16 * (i % 2));
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// Q6_K (chapter 8), part PART of a row's super-block at byte offset o of its first chunk, copied as
+// RawPart<w_q6_k> chunks: for each of its blocks j, store(j, d sc_2j, values, d sc_2j+1), values as 8
+// words of int8 q - 32 (block j's 32 values in order), the second scale for its values 16..31. The
+// products d sc are exact in float32 (11 x 8 significant bits).
+// o is known at run time only, and indexing the words at o + constant would put them in local memory:
+// instead the part's 160 bytes are moved down by o, as a shifter moves bits, by 8 bytes where o & 8,
+// then 4 where o & 4 (a select per word each), then 2 where o & 2 (a funnel shift). After that every
+// offset is a constant, as in the other formats' unpacking.
+// Block j = 4 PART + i of the half: value l (0..31) has its low 4 bits in ql byte 32 (i & 1) + l of
+// the half (the low nibble for i < 2, the high one for i >= 2) and its high 2 bits at bit 2i of qh byte
+// l: word w (values 4w..4w+3) from one ql word and one qh word. q - 32 per byte: q + 0x60 is at most
+// 0x9F (no carry into the next byte), and flipping bit 7 then gives q - 32 mod 256 (llama.cpp:
+// __vsubss4(q, 0x20202020)).
+template <class WF, int KB, int PARTS, int PART, class Chunk, class Store>
+__device__ __forceinline__ void mma_unpack_q6_k_part(Chunk& chunk, Store& store, int o) {
+    using RP = RawPart<WF, KB, PARTS>;
+    constexpr int QL_W = 0, QH_W = 4 * RP::QH, SC_W = 4 * RP::TAIL + 2 * PART, D_W = 4 * RP::TAIL + 4;  // words
+    uint32_t u[RP::CHUNKS * 4 + 1];
+#pragma unroll
+    for (int c = 0; c < RP::CHUNKS; c++) {
+        const uint4 v = chunk(PART, c);
+        u[4 * c] = v.x;
+        u[4 * c + 1] = v.y;
+        u[4 * c + 2] = v.z;
+        u[4 * c + 3] = v.w;
+    }
+    u[RP::CHUNKS * 4] = 0;  // read by the shifter past the last byte used (d), never used
+    const bool by8 = o & 8, by4 = o & 4;
+    const unsigned by2 = 8 * (o & 2);                                           // bits: 0 or 16
+    auto s8 = [&](int k) { return by8 ? u[k + 2] : u[k]; };                     // moved by 0 or 8 bytes
+    auto s4 = [&](int k) { return by4 ? s8(k + 1) : s8(k); };                   // then by 0 or 4
+    auto word = [&](int k) { return __funnelshift_r(s4(k), s4(k + 1), by2); };  // then by 0 or 2: word k at o
+    const float d = scale_to_float((fp16_bits)(word(D_W) & 0xFFFFu));
+    const uint32_t sc[2] = {word(SC_W), word(SC_W + 1)};  // the half's 8 int8 scales
+    auto scale = [&](int t) { return d * (float)(int8_t)(sc[t / 4] >> (8 * (t % 4))); };
+#pragma unroll
+    for (int i = 0; i < RP::BPP; i++) {
+        uint32_t v[WF::qs_words];
+#pragma unroll
+        for (int w = 0; w < WF::qs_words; w++) {
+            const uint32_t lo = (word(QL_W + 8 * (i & 1) + w) >> (4 * (i / 2))) & 0x0F0F0F0Fu;
+            const uint32_t hi = ((word(QH_W + w) >> (2 * i)) & 0x03030303u) << 4;
+            v[w] = ((lo | hi) + 0x60606060u) ^ 0x80808080u;
+        }
+        store(PART * RP::BPP + i, scale(2 * i), v, scale(2 * i + 1));
+    }
+}
 
 // Q4_K (chapter 8), part PART of a row's super-block, copied as RawPart<w_q4_k> chunks: for each of
 // its blocks j, store(j, d sc_j, values, -dmin m_j), values as 8 words of int8 0..15. The 6-bit
@@ -286,12 +385,19 @@ __device__ __forceinline__ void mma_unpack_part_of(int part, Chunk& chunk, Store
 
 // This thread's part of row wrow for K step s, after its copies landed (aligned) or, when rows are not
 // 16-byte aligned (nb % KB != 0), straight from the blocks with 16-bit loads (correct, slower),
-// blocks past the last as zeros. (K-quant rows are whole super-blocks of 144 B: always aligned.)
+// blocks past the last as zeros. (K-quant rows are whole super-blocks: Q4_K's of 144 B always start
+// aligned; Q6_K's of 210 B at any even offset, which its own unpacking takes.)
 template <class WF, int KB, int PARTS, class Chunk, class Store>
 __device__ __forceinline__ void mma_unpack_weights(Chunk chunk, const typename WF::block* wrow, int part, int s, int nb,
                                                    bool aligned, Store store) {
     using RP = RawPart<WF, KB, PARTS>;
-    if (aligned) {
+    if constexpr (has_half_scales<WF>) {  // Q6_K: the super-block's offset in its first chunk, then its half
+        const int o = (int)((uintptr_t)(wrow + s) & 15);
+        if (part == 0)
+            mma_unpack_q6_k_part<WF, KB, PARTS, 0>(chunk, store, o);
+        else
+            mma_unpack_q6_k_part<WF, KB, PARTS, 1>(chunk, store, o);
+    } else if (aligned) {
         mma_unpack_part_of<WF, KB, PARTS, 0>(part, chunk, store);
         return;
     }

@@ -25,6 +25,14 @@
 //    blocks of 32 is a Q4_1 block with scale d sc_j and min -dmin m_j: the staging copies the header
 //    chunk and 4 nibble chunks per part (mma.cuh's RawPart<w_q4_k>) and unpacks the 6-bit scales
 //    and mins into the same tables; the K loop is Q4_1's.
+//  * Q6_K (chapter 8): a K step is one 210-byte super-block per row, at an even offset of a 16-byte
+//    chunk: each part copies the 10 chunks that cover its half (mma.cuh's RawPart<w_q6_k>) and unpacks
+//    the values q - 32 as int8. Its scales d sc_t come per 16 values, two per block of 32 (wd, and
+//    HalfScales' wd_hi beside it), so each k32 mma becomes two of k = 16 on the same fragments
+//    (mma_s8_k16), each result scaled by its own: 4 FMAs per result and block where Q4_0 takes 2.
+//    llama.cpp's MMQ (vec_dot_q6_K_q8_1_mma) runs the same two mmas, adds sc_2j sumi_0 + sc_2j+1 sumi_1
+//    in int32 and converts that (I2F); here the two sums exceed the magic-number range (|sumi| < 2^22)
+//    once multiplied by their scales, so each is converted by the mma itself and scaled in float.
 //
 // Shared memory: two tiles (weights in the layout's form, activation quants, both scales) and the
 // raw weight buffer. Registers: one CTA per SM (__launch_bounds__(256, 1)).
@@ -63,8 +71,16 @@ struct MinTerms<true> {
     float asum[KB][AD_PITCH];  // activation sums s [block][token]
 };
 
+// Q6_K's second scale per block of 32, that of its values 16..31 (wd holds the first), rows in wd's order.
+template <bool HALF_SCALES>
+struct HalfScales {};
+template <>
+struct HalfScales<true> {
+    float wd_hi[KB][BM];
+};
+
 template <class WF, class WL>
-struct Tile : MinTerms<has_min<WF>> {  // one K step in shared memory
+struct Tile : MinTerms<has_min<WF>>, HalfScales<has_half_scales<WF>> {  // one K step in shared memory
     static constexpr int W_ROW = WL::template w_row<WF>();
     uint8_t w[BM][W_ROW];    // weights, as the layout keeps them
     uint8_t a[BN][ROW];      // activation quants [token][block * 32 + k]
@@ -98,11 +114,23 @@ __global__ void __launch_bounds__(THREADS, 1)
     // ---- staging, three kinds of cp.async issued at three points of a K step (not all at once:
     // the copy queue is short). Weights: thread tid copies and unpacks part wp (warp-uniform) of row wr.
     const int wr = tid % BM, wp = tid / BM;
-    // rows past M repeat the last; a row is nb blocks, nb / 8 super-blocks for Q4_K
+    // rows past M repeat the last; a row is nb blocks, nb / 8 super-blocks for the K-quants
     const typename WF::block* wrow = W + (int64_t)min(m0 + wr, M - 1) * (nb / blocks_per_stored<WF>);
     auto copy_weights = [&](int s) {
         if (!aligned) return;
-        if constexpr (is_k_quant<WF>) {  // K step s is the row's super-block s: its header, then the part's nibbles
+        if constexpr (has_half_scales<WF>) {  // Q6_K: from the chunk that holds super-block s's first byte
+            const typename WF::block* sb = wrow + s;
+            const int4* src = (const int4*)((uintptr_t)sb & ~(uintptr_t)15);
+            const bool w_last = s + 1 == steps && m0 + wr >= M - 1;  // W's last super-block (rows past M repeat it)
+#pragma unroll
+            for (int c = 0; c < RP::CHUNKS; c++) {
+                const int4* chunk = src + RP::chunk(wp, c);
+                if (c == RP::CHUNKS - 1 && w_last)
+                    raw[wp][c][wr] = load16_until(chunk, sb + 1);  // its last chunk may end past W (mma.cuh)
+                else
+                    cp_async16(&raw[wp][c][wr], chunk);
+            }
+        } else if constexpr (is_k_quant<WF>) {  // K step s is the row's super-block s: its header, then the part's nibbles
             const int4* src = (const int4*)(wrow + s);
 #pragma unroll
             for (int c = 0; c < RP::CHUNKS; c++) cp_async16(&raw[wp][c][wr], src + RP::chunk(wp, c));
@@ -141,6 +169,8 @@ __global__ void __launch_bounds__(THREADS, 1)
                                           [&](int b, float d, const uint32_t* q, float m = 0.0f) {
                                               if constexpr (has_min<WF>)
                                                   tile.wmin[b][wd_slot(wr)] = m;
+                                              else if constexpr (has_half_scales<WF>)  // Q6_K: m is the 2nd scale
+                                                  tile.wd_hi[b][wd_slot(wr)] = m;
                                               else
                                                   (void)m;
                                               WL::template store_block<WF>(tile, wr, b, d, q);
@@ -214,17 +244,36 @@ __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
                 for (int j = 0; j < NT; j++) sa[j] = *(const float2*)&cur.asum[b][wn + 8 * j + 2 * t];
             }
+            float dw_hi[MT][2];  // Q6_K: the scales of the blocks' values 16..31
+            if constexpr (has_half_scales<WF>) {
+#pragma unroll
+                for (int i = 0; i < MT; i += 2) {
+                    const float4 v = *(const float4*)&cur.wd_hi[b][wm + 16 * i + 4 * g];
+                    dw_hi[i][0] = v.x;
+                    dw_hi[i][1] = v.y;
+                    dw_hi[i + 1][0] = v.z;
+                    dw_hi[i + 1][1] = v.w;
+                }
+            }
 #pragma unroll
             for (int i = 0; i < MT; i++)
 #pragma unroll
                 for (int j = 0; j < NT; j++) {
-                    int d[4];
-                    mma_s8(d, af[i], bf[j], (int)MMA_MAGIC);
+                    int d[4], d_hi[4];
+                    if constexpr (has_half_scales<WF>) {  // Q6_K: k 0..15 and 16..31 apart, one scale each
+                        mma_s8_k16(d, af[i][0], af[i][1], bf[j][0], (int)MMA_MAGIC);
+                        mma_s8_k16(d_hi, af[i][2], af[i][3], bf[j][1], (int)MMA_MAGIC);
+                    } else {
+                        mma_s8(d, af[i], bf[j], (int)MMA_MAGIC);
+                    }
 #pragma unroll
                     for (int r = 0; r < 4; r++) {  // d[r]: row g (+8 for r >= 2), column 2t (+1 for odd r)
                         const float d_a = (r & 1) ? da[j].y : da[j].x;
                         const float dot = block_dot(d_a, -MMA_MAGIC_F * d_a, d[r]);  // the FMUL is shared by 2 tiles
                         acc[i][j][r] = fmaf(dw[i][r >> 1], dot, acc[i][j][r]);
+                        if constexpr (has_half_scales<WF>)  // + d sc d_a sumi of the values 16..31
+                            acc[i][j][r] = fmaf(dw_hi[i][r >> 1], block_dot(d_a, -MMA_MAGIC_F * d_a, d_hi[r]),
+                                                acc[i][j][r]);
                         if constexpr (has_min<WF>)  // + m_w s_a, after the d term as in MMQ
                             acc[i][j][r] = fmaf(mw[i][r >> 1], (r & 1) ? sa[j].y : sa[j].x, acc[i][j][r]);
                     }
@@ -247,9 +296,12 @@ void gemm_q8_1_mma(const GemmProblem& p, cudaStream_t stream) {
     int8_t* aq;
     float2* ads;
     // Q4_0, Q4_1: MMQ keeps d in fp16; Q4_1 takes (d, s) pairs for its min term. Q4_K (chapter 8):
-    // MMQ's pairs as Q4_1 in the sum_x mode (WF = w_q4_k<true>), else (d, d sum(q)) (the reference's)
+    // MMQ's pairs as Q4_1 in the sum_x mode (WF = w_q4_k<true>), else (d, d sum(q)) (the reference's).
+    // Q6_K: (d, c), the reference's bytes (no min term; no sum_x mode, 4_mma.cu says why)
     if constexpr (!is_k_quant<WF>)
         mma_quantize_acts(p, stream, aq, ads, WF::offset == 8 || has_min<WF>, has_min<WF>);
+    else if constexpr (has_half_scales<WF>)
+        mma_quantize_acts(p, stream, aq, ads, true);
     else if constexpr (WF::mmq_scales)
         mma_quantize_acts(p, stream, aq, ads, true, true);
     else
