@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tools/k_quants_cuda/gpu_check.sh: the GPU check of chapter 8's CUDA kernels (cuda_q4_k_q8_1_decode,
-# cuda_q6_k_q8_1_decode: 08_k_quants/1_decode.cu; cuda_q4_k_q8_1_mma: 06_decode_tensor_cores/4_mma.cu
-# with WF = w_q4_k), on a machine with an NVIDIA GPU (sm_80 or newer), torch and nvcc, the extension built.
+# cuda_q6_k_q8_1_decode: 08_k_quants/1_decode.cu; cuda_q4_k_q8_1_mma, cuda_q6_k_q8_1_mma:
+# 06_decode_tensor_cores/4_mma.cu with WF = w_q4_k, w_q6_k), on a machine with an NVIDIA GPU (sm_80 or
+# newer), torch and nvcc, the extension built.
 # (tools/k_quants_cuda/variants.sh is the decode kernels' standalone harness: configurations, event times.)
 #
 #   OUT=/some/dir tools/k_quants_cuda/gpu_check.sh        (repository root as the working directory)
@@ -14,12 +15,14 @@
 #    llama.cpp's MMVQ and MMQ (NMSE <= 1e-9) where a ggml CUDA backend is found, QUANTGEMM_GGML_LIB)
 #                                                                           -> $OUT/pytest.log
 # 3. compute-sanitizer memcheck and racecheck over tools/sanitize_driver.py kernels --only q4_k,q6_k
-#    (SANITIZE_SHAPES, K x 8; the default mode, checked against the reference), and both tools over
-#    the same shapes with the mma step in the sum_x mode (its second instance, MMQ's arithmetic;
-#    checked loosely against the default mode)                              -> $OUT/sanitize.log
+#    (SANITIZE_SHAPES, K x 8; the default mode, checked against the reference; both mma steps, the
+#    Q6_K one with W's last super-block ending inside its last 16-byte chunk), and both tools over
+#    the same shapes with the Q4_K mma step in the sum_x mode (its second instance, MMQ's arithmetic;
+#    checked loosely against the default mode; the Q6_K mma step has no sum_x mode)
+#                                                                           -> $OUT/sanitize.log
 # 4. then alone, python -m quantgemm_kernels.measure: Q4_K and Q6_K, M = 4096, K = 14336 (--shapes
 #    down), N = 1 to 512, weights cold (rotated copies over 4x the L2) and warm, the decode kernels
-#    and the mma step against llama.cpp's mul_mat (where its CUDA backend is found) and cuBLAS in the
+#    and the mma steps against llama.cpp's mul_mat (where its CUDA backend is found) and cuBLAS in the
 #    same run, medians with their spread             -> $OUT/measure.log, $OUT/kquant-*.json
 # and $OUT/summary.log, one line per part (the measured medians too). Exit status 0 when every part
 # passed. After the build check: at most 5 minutes (130 s for parts 2 and 3, 150 s for part 4).
@@ -38,7 +41,7 @@ say() { echo "$*" | tee -a "$OUT/summary.log"; }
 
 t0=$SECONDS
 "$PY" -c "import quantgemm_kernels as qk, torch; assert qk.cuda_kernels_built(), 'CUDA kernels not built'; \
-assert 'cuda_q4_k_q8_1_mma' in qk.KERNELS; \
+assert 'cuda_q4_k_q8_1_mma' in qk.KERNELS and 'cuda_q6_k_q8_1_mma' in qk.KERNELS; \
 print(torch.__version__, torch.cuda.get_device_name(), torch.cuda.get_device_capability(), 'built')" \
     >"$OUT/build.log" 2>&1 || { say "build FAIL (see build.log)"; exit 1; }
 say "build ok $((SECONDS - t0)) s: $(tail -1 "$OUT/build.log")"
@@ -51,7 +54,8 @@ timeout 130 "$PY" -m pytest -q -p no:cacheprovider -rs tests/test_kernels.py tes
 echo $! >"$tmp/pytest.pid"
 
 # the sum_x mode's instance (w_q4_k<true>) on the driver's shapes: finite, and near the default mode
-# (they differ by the meaning of s and MMQ's quantizer, NMSE ~1e-4; a wrong tile is ~1)
+# (they differ by the meaning of s and MMQ's quantizer, NMSE ~1e-4; a wrong tile is ~1). Q4_K only:
+# the Q6_K mma step has no sum_x mode (4_mma.cu says why); the driver's run covers its one instance.
 cat >"$tmp/sum_x.py" <<'PYEOF'
 import sys
 
