@@ -10,28 +10,19 @@
 namespace gpu {
 namespace wg {
 namespace {
-// CW consumer warpgroups (2: tokens 0..63 and 64..127 of the tile; 1: tokens 0..63), then the
-// producer warpgroups: one beside two consumers; two beside one, each unpacking half of every row's
-// parts (the one consumer leaves the producer's unpacking the longer job, and two warps per
-// scheduler hide too little of its latency).
+// CW consumer warpgroups (2: tokens 0..63 and 64..127 of the tile; 1: tokens 0..63), then the producer
 template <int CW>
 constexpr int CONSUMERS = 128 * CW;
 template <int CW>
-constexpr int PRODUCERS = CW == 1 ? 256 : 128;
-template <int CW>
-constexpr int THREADS = CONSUMERS<CW> + PRODUCERS<CW>;
+constexpr int THREADS = CONSUMERS<CW> + 128;
 constexpr int STAGES = 2;
-constexpr int CONSUMER_REGS = 232;
+constexpr int PRODUCER_REGS = 40, CONSUMER_REGS = 232;
 constexpr bool PDL = true;  // programmatic dependent launch: start while the quantizer finishes
 
-// The producer's registers: 40 beside two consumer warpgroups; beside one, 96 (its threads unpack
-// a part of the row chosen at run time: with 40, ptxas spilled there)
-template <int CW>
-constexpr int PRODUCER_REGS = CW == 1 ? 96 : 40;
-template <int CW>
-constexpr bool REGS_FIT =
-    PRODUCER_REGS<CW> * PRODUCERS<CW> + CONSUMER_REGS * CONSUMERS<CW> <= 65536 / THREADS<CW> / 8 * 8 * THREADS<CW>;
-static_assert(REGS_FIT<2> && REGS_FIT<1>, "setmaxnreg can only move the registers the CTA got at launch");
+static_assert(PRODUCER_REGS * 128 + CONSUMER_REGS * CONSUMERS<2> <= 65536 / THREADS<2> / 8 * 8 * THREADS<2>,
+              "setmaxnreg can only move the registers the CTA got at launch");
+// With one consumer warpgroup (256 threads) every thread may keep up to 255 registers from the
+// launch: no setmaxnreg.
 // The producer thread of a row unpacks a K step in PARTS parts (fewer live registers per part:
 // Q8_0's 4 blocks of 34 bytes would not fit the producer's 40 registers).
 template <class WF>
@@ -89,23 +80,20 @@ __global__ void __launch_bounds__(THREADS<CW>, 1)
         for (int i = 0; i < STAGES; i++) {
             bar_init(&sm.acts[i], 1);  // the producer's expect_tx, then the copy's bytes
             bar_init(&sm.raw_in[i], 1);
-            bar_init(&sm.full[i], PRODUCERS<CW>);   // every producer thread, after its part of its row
+            bar_init(&sm.full[i], 128);             // every producer thread, after its row
             bar_init(&sm.empty[i], CONSUMERS<CW>);  // every consumer thread, after its last read
         }
     fence_proxy_async();  // the barriers' init, the ones: seen by the async proxy
     __syncthreads();
 
-    if (tid >= CONSUMERS<CW>) {  // ---- producer warpgroup(s)
-        set_max_regs_dec<PRODUCER_REGS<CW>>();
-        const int pt = tid - CONSUMERS<CW>;                                     // producer thread
-        const int r = PRODUCERS<CW> == 128 ? pt : pt % 128;                     // this thread's weight row
-        constexpr int MY_PARTS = PARTS<WF> * 128 / PRODUCERS<CW>;               // its parts of the row
-        const int part0 = PRODUCERS<CW> == 128 ? 0 : pt / 128 * MY_PARTS;       // a constant with one producer
+    if (tid >= CONSUMERS<CW>) {  // ---- producer warpgroup
+        if constexpr (CW == 2) set_max_regs_dec<PRODUCER_REGS>();
+        const int r = tid - CONSUMERS<CW>;                                      // this thread's weight row
         const typename WF::block* wrow = W + (int64_t)min(m0 + r, M - 1) * nb;  // rows past M repeat the last
         const uint8_t* units = ws + (int64_t)blockIdx.y * steps * QG_WGMMA_UNIT_BYTES;
         // The raw weights of step s + 1 are copied while step s is unpacked (their buffer's last
-        // reader, the unpacking of step s - 1, is done: named barrier 1 of the producer threads);
-        // the activations go straight into the stage, once the consumers have freed it,
+        // reader, the unpacking of step s - 1, is done: named barrier 1 of the producer's 128
+        // threads); the activations go straight into the stage, once the consumers have freed it,
         // and the consumers wait for them themselves.
         auto copy_raw = [&](int s) {
             const int i = (s - s_begin) % STAGES;
@@ -129,15 +117,15 @@ __global__ void __launch_bounds__(THREADS<CW>, 1)
                 }
             }
         };
-        if (pt == 0 && aligned) copy_raw(s_begin);
+        if (r == 0 && aligned) copy_raw(s_begin);
         // [excerpt: producer_loop]
         for (int s = s_begin; s < s_end; s++) {
             const int i = (s - s_begin) % STAGES, round = (s - s_begin) / STAGES;
             Stage& st = sm.st[i];
-            if (pt == 0 && aligned && s + 1 < s_end) copy_raw(s + 1);
+            if (r == 0 && aligned && s + 1 < s_end) copy_raw(s + 1);
             if (s - s_begin >= STAGES)
                 bar_wait(&sm.empty[i], (round - 1) & 1);  // the consumers are done with step s - STAGES
-            if (pt == 0) {
+            if (r == 0) {
                 // Launched with PDL, the CTA may start while the quantizer still runs: the barriers,
                 // the first weight copies and (for s = 0) nothing else came before this wait.
                 if (s == s_begin) grid_dependency_wait();
@@ -149,18 +137,18 @@ __global__ void __launch_bounds__(THREADS<CW>, 1)
             };
             auto store = [&](int b, float d, const uint32_t* q) { store_block<WF>(st, r, b, d, q); };
 #pragma unroll
-            for (int part = part0; part < part0 + MY_PARTS; part++)
+            for (int part = 0; part < PARTS<WF>; part++)
                 mma_unpack_weights<WF, KB, PARTS<WF>>(chunk, wrow, part, s, nb, aligned, store);
             fence_proxy_async();
             bar_arrive(&sm.full[i]);
-            asm volatile("bar.sync 1, %0;\n" ::"n"(PRODUCERS<CW>) : "memory");  // every producer is done with raw[i]
+            asm volatile("bar.sync 1, 128;\n" ::: "memory");  // every producer thread is done with raw[i]
         }
         // [end excerpt: producer_loop]
         return;
     }
 
     // ---- consumer warpgroups
-    set_max_regs_inc<CONSUMER_REGS>();
+    if constexpr (CW == 2) set_max_regs_inc<CONSUMER_REGS>();
     const int lane = tid % 32, warp = tid / 32;
     const int g = lane / 4, t = lane % 4;
     const int wg = warp / 4;                        // warpgroup: tokens 64 wg ..
