@@ -324,12 +324,19 @@ class QTensor:
 #:   * Q4_1 (chapter 7), Q4_K and Q6_K (chapter 8): the decode kernel, then the mma.sync step on 8.x
 #:     and 9.0 (no wgmma kernel), at their own crossovers (DECODE_MAX_N_MMA; Q6_K's is Q4_K's for now).
 #: On the CPU: chapter 4's SIMD kernel (f32 weights: chapter 1's blocked kernel; K-quants: chapter 8's).
-#: The thresholds below are read off the H100 sweep
+#: On Hopper, Q4_0 and Q8_0: the decode kernel to N = 4, the narrow wgmma step (9_wgmma_narrow.cu)
+#: from N = 5 (DECODE_MAX_N_NARROW), from the H100 record
+#: bench_results/nvidia-h100-80gb-hbm3/2026-11-27/narrow-001014.json (cold): at N = 4 the decode
+#: kernel is ahead on all three Llama-3-8B shapes (Q4_0 4096 x 14336: 25.4 against 35.9 us; 14336 x
+#: 4096: 34.4 against 36.3; 4096 x 4096: 14.9 against 15.9; Q8_0 likewise), at N = 8 behind on all
+#: six (Q4_0: 37.7 against 35.9, 56.2 against 36.4, 20.1 against 15.9). N = 5 to 7 are not measured.
+#: The thresholds below (the decode kernel against the fifth step, split-K wgmma) are read off the H100 sweep
 #: bench_results/nvidia-h100-80gb-hbm3/2026-11-24/sweep-143850.json (cold): with 32 row tiles
 #: (M = 4096) the decode kernel is ahead of the split-K kernel to N = 8 (Q4_0 33.8 against 52.1 us at
 #: K = 14336, 19.7 against 20.3 at K = 4096) and behind from N = 16; with 112 (M = 14336, K = 4096)
 #: to N = 5 (36.8 against 53.5), and level at N = 8 (54.4 against 53.5). Q8_0 likewise.
-#: Between the measured N they are a choice, not a measurement.
+#: Between the measured N they are a choice, not a measurement. They now serve GPUs that have no
+#: wgmma (8.x, against the mma step), where they are not measured.
 #: On the CPU, chapter 4's stationary step (weight rows outer, 4 or 8 rows in the lanes of one
 #: vector) for the formats that have it, at every N, else the SIMD step. One kernel per format
 #: whatever N: a token's outputs then have the same bits in a batch of 1 or of 512 (the model's KV
@@ -341,6 +348,7 @@ class QTensor:
 CPU_STATIONARY = ("q4_0", "q8_0", "q4_1")
 DECODE_MAX_N_FEW_TILES = 8  # N up to which the decode kernel runs when M/128 < SMs/2
 DECODE_MAX_N = 5  # otherwise
+DECODE_MAX_N_NARROW = 4  # on Hopper, for the formats with the narrow wgmma step
 #: The formats whose tensor-core kernel is the mma.sync step (no split-K: 32 CTAs for 132 SMs at
 #: M = 4096, and about 270-300 us at K = 14336 whatever N up to 512): the decode kernel stays ahead
 #: far longer. Read off the H100 records (cold, M = 4096, K = 14336):
@@ -394,6 +402,8 @@ def pick_cuda_kernel(wfmt: str, N: int, M: int | None, cc: tuple[int, int], sms:
     small = N <= (DECODE_MAX_N_FEW_TILES if few_tiles else DECODE_MAX_N)
     if wfmt in DECODE_MAX_N_MMA:
         small = N <= DECODE_MAX_N_MMA[wfmt]
+    elif cc == (9, 0) and f"cuda_{wfmt}_q8_1_wgmma_narrow" in KERNELS:
+        small = N <= DECODE_MAX_N_NARROW
     if cc >= (8, 0) and small:
         names = [f"cuda_{wfmt}_q8_1_decode"]
     elif cc == (9, 0):

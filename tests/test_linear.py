@@ -140,10 +140,10 @@ def test_pick_kernel_on_the_cpu():
 
 
 def test_the_gpu_choice_follows_the_measured_crossovers():
-    """api.pick_cuda_kernel without a GPU: on Hopper the decode kernel to N = 8 when W has few
-    128-row tiles for the SMs (M = 4096: 32 tiles on 132 SMs) and to N = 5 otherwise, then the
-    split-K wgmma kernel in its 64-token-tile form (the narrow step); mma.sync on Ampere, DP4A before
-    it; Q4_1 and Q4_K (no wgmma kernel) the decode kernel to their own crossovers (N = 32 and 64 on
+    """api.pick_cuda_kernel without a GPU: on Hopper the decode kernel to N = 4, then the split-K
+    wgmma kernel in its 64-token-tile form (the narrow step); on Ampere the decode kernel to N = 8
+    when W has few 128-row tiles for the SMs (M = 4096: 32 tiles on 108 SMs) and to N = 5 otherwise,
+    then mma.sync; DP4A before it; Q4_1 and Q4_K (no wgmma kernel) the decode kernel to their own crossovers (N = 32 and 64 on
     the H100 records api.py cites), then their mma.sync step, on Hopper too; Q6_K likewise at Q4_K's
     threshold (its own is not measured yet)."""
     from quantgemm_kernels import api
@@ -151,9 +151,12 @@ def test_the_gpu_choice_follows_the_measured_crossovers():
     pick = api.pick_cuda_kernel
     h100 = ((9, 0), 132)
     assert pick("q4_0", 1, 4096, *h100).name == "cuda_q4_0_q8_1_decode"
-    assert pick("q4_0", 8, 4096, *h100).name == "cuda_q4_0_q8_1_decode"
+    assert pick("q4_0", 4, 4096, *h100).name == "cuda_q4_0_q8_1_decode"
+    assert pick("q4_0", 5, 4096, *h100).name == "cuda_q4_0_q8_1_wgmma_narrow"
+    assert pick("q4_0", 8, 4096, (8, 0), 108).name == "cuda_q4_0_q8_1_decode"
+    assert pick("q4_0", 8, 14336, (8, 0), 108).name == "cuda_q4_0_q8_1_mma"
     assert pick("q4_0", 16, 4096, *h100).name == "cuda_q4_0_q8_1_wgmma_narrow"
-    assert pick("q8_0", 5, 14336, *h100).name == "cuda_q8_0_q8_1_decode"
+    assert pick("q8_0", 4, 14336, *h100).name == "cuda_q8_0_q8_1_decode"
     assert pick("q8_0", 8, 14336, *h100).name == "cuda_q8_0_q8_1_wgmma_narrow"
     assert pick("q4_1", 1, 4096, *h100).name == "cuda_q4_1_q8_1_decode"
     assert pick("q4_1", 32, 4096, *h100).name == "cuda_q4_1_q8_1_decode"
