@@ -407,13 +407,15 @@ def pick_cuda_kernel(wfmt: str, N: int, M: int | None, cc: tuple[int, int], sms:
     if cc >= (8, 0) and small:
         names = [f"cuda_{wfmt}_q8_1_decode"]
     elif cc == (9, 0):
-        names = [f"cuda_{wfmt}_q8_1_wgmma_narrow", f"cuda_{wfmt}_q8_1_wgmma_splitk", f"cuda_{wfmt}_q8_1_mma"]
+        names = [f"cuda_{wfmt}_q8_1_wgmma_{s}" for s in ("narrow", "splitk")]
+        names += [f"cuda_{wfmt}_q8_1_mma_splitk", f"cuda_{wfmt}_q8_1_mma"]
     elif cc >= (8, 0):
-        names = [f"cuda_{wfmt}_q8_1_mma"]
+        names = [f"cuda_{wfmt}_q8_1_mma_splitk", f"cuda_{wfmt}_q8_1_mma"]
     else:
         names = [f"cuda_{wfmt}_q8_1_vec_dp4a"]
     # Q4_1, Q4_K and Q6_K have the mma step (chapters 7 and 8) but no wgmma kernel: on Hopper too
-    # they take the mma step past their own thresholds (DECODE_MAX_N_MMA).
+    # they take the mma step (its split-K launch, 10_mma_splitk.cu) past their own thresholds
+    # (DECODE_MAX_N_MMA).
     # A format without a tensor-core kernel keeps the decode kernel at every N: it takes any N, in
     # passes of up to 8 tokens.
     names += [f"cuda_{wfmt}_q8_1_decode"] if cc >= (8, 0) else []

@@ -458,6 +458,19 @@ _CUDA = [
         file="06_decode_tensor_cores/9_wgmma_narrow.cu",
     ),
     Kernel(
+        "cuda_q4_0_q8_1_mma_splitk",
+        "cuda",
+        "q4_0",
+        "q8_1",
+        6,
+        "the mma step with split-K: a tile's K steps over several CTAs, partial sums added in order",
+        fused_quant=True,
+        min_sm=(8, 0),
+        q4_0_formula="signed",
+        sum_x=True,
+        file="06_decode_tensor_cores/10_mma_splitk.cu",
+    ),
+    Kernel(
         "cuda_q8_0_q8_1_decode",
         "cuda",
         "q8_0",
@@ -532,6 +545,17 @@ _CUDA = [
         sum_x=True,
         file="06_decode_tensor_cores/9_wgmma_narrow.cu",
     ),
+    Kernel(
+        "cuda_q8_0_q8_1_mma_splitk",
+        "cuda",
+        "q8_0",
+        "q8_1",
+        6,
+        "the mma step with split-K: a tile's K steps over several CTAs, partial sums added in order",
+        fused_quant=True,
+        min_sm=(8, 0),
+        file="06_decode_tensor_cores/10_mma_splitk.cu",
+    ),
     # chapter 7: Q4_1 weights through chapter 6's decode step
     Kernel(
         "cuda_q4_1_q8_1_decode",
@@ -557,6 +581,18 @@ _CUDA = [
         min_sm=(8, 0),
         sum_x=True,
         file="06_decode_tensor_cores/4_mma.cu",
+    ),
+    Kernel(
+        "cuda_q4_1_q8_1_mma_splitk",
+        "cuda",
+        "q4_1",
+        "q8_1",
+        7,
+        "the mma step with split-K: a tile's K steps over several CTAs, partial sums added in order",
+        fused_quant=True,
+        min_sm=(8, 0),
+        sum_x=True,
+        file="06_decode_tensor_cores/10_mma_splitk.cu",
     ),
     # chapter 8: K-quant weights times Q8_1 activations, llama.cpp's CUDA pairing (MMVQ)
     Kernel(
@@ -596,6 +632,18 @@ _CUDA = [
         sum_x=True,
         file="06_decode_tensor_cores/4_mma.cu",
     ),
+    Kernel(
+        "cuda_q4_k_q8_1_mma_splitk",
+        "cuda",
+        "q4_k",
+        "q8_1",
+        8,
+        "the mma step with split-K: a tile's K steps over several CTAs, partial sums added in order",
+        fused_quant=True,
+        min_sm=(8, 0),
+        sum_x=True,
+        file="06_decode_tensor_cores/10_mma_splitk.cu",
+    ),
     # chapter 8: Q6_K weights through chapter 6's mma step (prefill); no sum_x mode (4_mma.cu says why)
     Kernel(
         "cuda_q6_k_q8_1_mma",
@@ -607,6 +655,17 @@ _CUDA = [
         fused_quant=True,
         min_sm=(8, 0),
         file="06_decode_tensor_cores/4_mma.cu",
+    ),
+    Kernel(
+        "cuda_q6_k_q8_1_mma_splitk",
+        "cuda",
+        "q6_k",
+        "q8_1",
+        8,
+        "the mma step with split-K: a tile's K steps over several CTAs, partial sums added in order",
+        fused_quant=True,
+        min_sm=(8, 0),
+        file="06_decode_tensor_cores/10_mma_splitk.cu",
     ),
 ]
 

@@ -79,6 +79,13 @@ def test_fused_kernels_are_deterministic_on_a_large_shape(kernel):
 
 
 SPLITK = [k for k in qk.KERNELS.values() if k.name.endswith(("_splitk", "_narrow"))]
+
+
+def one_cta_per_tile(kernel: str) -> str:
+    """The step a split-K kernel splits: the fourth wgmma step (wgmma_ws) or the mma step."""
+    return re.sub(r"_wgmma_(splitk|narrow)$", "_wgmma_ws", kernel).removesuffix("_splitk")
+
+
 NARROW = [k for k in qk.KERNELS.values() if k.name.endswith("_narrow")]
 WGMMA = [k for k in qk.KERNELS.values() if "wgmma" in k.name and k not in SPLITK]
 
@@ -111,17 +118,18 @@ def test_wgmma_equals_mma_bit_for_bit(kernel, dist, M, N, K):
     ids=lambda v: str(v),
 )
 def test_splitk_regroups_the_fourth_steps_sums(kernel, dist, M, N, K):
-    """The split-K step adds the fourth step's block products in other groups (one per split, then
-    the splits in order): below K = 2048 (8 K steps) there is one split and the bits are the same;
+    """The split-K steps (wgmma: 8_wgmma_splitk.cu and the narrow step; mma: 10_mma_splitk.cu) add
+    the block products of the step they split (the fourth wgmma step, the mma step) in other groups
+    (one per split, then the splits in order): below K = 2048 (8 K steps) there is one split and the bits are the same;
     above, outputs differ by float32 regrouping only: 2e-6 of the largest |output|, where the
     products' rounding is already about 1e-7 of each partial sum."""
-    from quantgemm_kernels.testing import kernel_inputs
+    from quantgemm_kernels.testing import kernel_inputs, quantize_weights
 
     k = qk.KERNELS[kernel]
     A, W = kernel_inputs(k, M, N, K, dist, seed=M + N + K)
-    At, Wq = torch.from_numpy(A).cuda(), qk.quantize(torch.from_numpy(W).cuda(), k.wfmt)
+    At, Wq = torch.from_numpy(A).cuda(), quantize_weights(torch.from_numpy(W).cuda(), k.wfmt)
     C = qk.gemm(At, Wq, kernel)
-    C_ws = qk.gemm(At, Wq, re.sub(r"_(splitk|narrow)$", "_ws", kernel))
+    C_ws = qk.gemm(At, Wq, one_cta_per_tile(kernel))
     if K < 2048:
         assert torch.equal(C, C_ws), f"{(C != C_ws).sum().item()} of {C.numel()} outputs differ with one split"
         return
@@ -182,7 +190,16 @@ def test_every_chapter_6_kernel_but_a_ladder_step_offers_the_sum_x_mode():
     """All but decode_fused (a ladder step) and the mma steps whose activation scale MMQ keeps in
     float32 (Q8_0, Q6_K: the magic-number conversion needs d_a in 22 significant bits at most)."""
     assert {k.name for k in SUM_X} == {
-        n for n in FUSED if n not in ("cuda_q4_0_q8_1_decode_fused", "cuda_q8_0_q8_1_mma", "cuda_q6_k_q8_1_mma")
+        n
+        for n in FUSED
+        if n
+        not in (
+            "cuda_q4_0_q8_1_decode_fused",
+            "cuda_q8_0_q8_1_mma",
+            "cuda_q6_k_q8_1_mma",
+            "cuda_q8_0_q8_1_mma_splitk",
+            "cuda_q6_k_q8_1_mma_splitk",
+        )
     }
     assert {k.name for k in DECODE_SUM_X} == {
         "cuda_q4_0_q8_1_decode",
@@ -286,7 +303,14 @@ def test_sum_x_mode_matches_llamacpps_cuda_mul_mat(kernel, shape):
 #: and a ragged batch, its up projection with 9 tokens; too big for the numpy reference ([N, M, K/32]
 #: integers)
 MMA_LLM_SHAPES = [(4096, 512, 14336), (4096, 77, 14336), (14336, 9, 4096)]
-MMA_WITH_A_DECODE_TWIN = ["cuda_q4_1_q8_1_mma", "cuda_q4_k_q8_1_mma", "cuda_q6_k_q8_1_mma"]
+MMA_WITH_A_DECODE_TWIN = [
+    "cuda_q4_1_q8_1_mma",
+    "cuda_q4_k_q8_1_mma",
+    "cuda_q6_k_q8_1_mma",
+    "cuda_q4_1_q8_1_mma_splitk",
+    "cuda_q4_k_q8_1_mma_splitk",
+    "cuda_q6_k_q8_1_mma_splitk",
+]
 
 
 @requires_cuda

@@ -67,14 +67,22 @@ void gemm_q8_1_wgmma_splitk(const GemmProblem& p, cudaStream_t stream) {
     // the binding sized the workspace with splitk_workspace_bytes: the partials follow the activations
     float* partial = (float*)((uint8_t*)p.workspace + splitk_offset(p.N, p.K));
     wg::launch_wgmma_ws<WF, true, CW>(p, stream, splits, partial);
-    const int64_t plane = (int64_t)p.N * p.M;
+    splitk_sum(partial, p.C, (int64_t)p.N * p.M, splits, stream);
+    // [end excerpt: splitk_launch]
+}
+
+// The planes' sum, four floats per thread where the plane allows (16-byte aligned: the workspace's
+// partials start on a 256-byte boundary, C is torch's).
+void splitk_sum(const float* P, float* C, int64_t plane, int splits, cudaStream_t stream) {
+    int dev = 0, sms = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
     const int64_t items = plane % 4 == 0 ? plane / 4 : plane;
     const int blocks = (int)std::min<int64_t>((items + 255) / 256, (int64_t)sms * 8);
     if (plane % 4 == 0)
-        splitk_sum_kernel<<<blocks, 256, 0, stream>>>((const float4*)partial, (float4*)p.C, plane / 4, splits);
+        splitk_sum_kernel<<<blocks, 256, 0, stream>>>((const float4*)P, (float4*)C, plane / 4, splits);
     else
-        splitk_sum_scalar_kernel<<<blocks, 256, 0, stream>>>(partial, p.C, plane, splits);
-    // [end excerpt: splitk_launch]
+        splitk_sum_scalar_kernel<<<blocks, 256, 0, stream>>>(P, C, plane, splits);
 }
 
 template void gemm_q8_1_wgmma_splitk<w_q4_0, 2>(const GemmProblem&, cudaStream_t);

@@ -107,6 +107,10 @@ inline void mma_quantize_acts_sum_q(const GemmProblem& p, cudaStream_t stream, i
         <<<(unsigned)((total + 255) / 256), 256, 0, stream>>>((const float*)p.A, aq, ads, total);
 }
 
+// C = P[0] + P[1] + ... + P[splits - 1] over planes of `plane` floats, in that order: the split-K
+// steps' second kernel (8_wgmma_splitk.cu defines it; 10_mma_splitk.cu's launches use it too).
+void splitk_sum(const float* P, float* C, int64_t plane, int splits, cudaStream_t stream);
+
 // D = A (16 x 32, rows) * B (32 x 8, columns) + c in every element of the accumulator input.
 // [excerpt: mma_s8]
 __device__ __forceinline__ void mma_s8(int (&d)[4], const int (&a)[4], const int (&b)[2], int c) {
@@ -128,10 +132,9 @@ __device__ __forceinline__ void mma_s8(int (&d)[4], const int (&a)[4], const int
 // per 16 values, and each sum comes out alone, to be scaled by its own sc_t.
 __device__ __forceinline__ void mma_s8_k16(int (&d)[4], int a0, int a1, int b0, int c) {
 #if __CUDA_ARCH__ >= 800
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%7,%7,%7};\n"
-        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-        : "r"(a0), "r"(a1), "r"(b0), "r"(c));
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%7,%7,%7};\n"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+                 : "r"(a0), "r"(a1), "r"(b0), "r"(c));
 #else
     __trap();  // the launchers refuse GPUs older than sm_80
 #endif

@@ -95,7 +95,10 @@ __device__ __forceinline__ int wd_slot(int r) {
     return r - rr + (i / 2) * 32 + g * 4 + (i % 2) * 2 + h;
 }
 
-template <class WF, class WL>
+// SPLIT (10_mma_splitk.cu): the tile's K steps are split over gridDim.z CTAs as in the wgmma
+// steps' split-K (wgmma_ws.cuh's split_range), CTA z writing its partial sums to plane z of C
+// (planes of N x M: one slice of tokens, which a split launch always is).
+template <class WF, class WL, bool SPLIT>
 __global__ void __launch_bounds__(THREADS, 1)
     mma_kernel(const int8_t* __restrict__ aq, const float2* __restrict__ ads, const typename WF::block* __restrict__ W,
                float* __restrict__ C, int N, int M, int K) {
@@ -105,6 +108,8 @@ __global__ void __launch_bounds__(THREADS, 1)
     uint4(*raw)[RP::CHUNKS][BM] = (uint4(*)[RP::CHUNKS][BM])(tiles + 2);  // [PARTS][CHUNKS][BM]: lanes = rows
     const int nb = K / QK;
     const int steps = (nb + KB - 1) / KB;
+    const int s_begin = SPLIT ? (int)((int64_t)steps * blockIdx.z / gridDim.z) : 0;
+    const int s_end = SPLIT ? (int)((int64_t)steps * (blockIdx.z + 1) / gridDim.z) : steps;
     const bool aligned = nb % KB == 0;  // weight rows' K steps start 16-byte aligned: cp.async
     const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
@@ -130,7 +135,8 @@ __global__ void __launch_bounds__(THREADS, 1)
                 else
                     cp_async16(&raw[wp][c][wr], chunk);
             }
-        } else if constexpr (is_k_quant<WF>) {  // K step s is the row's super-block s: its header, then the part's nibbles
+        } else if constexpr (is_k_quant<
+                                 WF>) {  // K step s is the row's super-block s: its header, then the part's nibbles
             const int4* src = (const int4*)(wrow + s);
 #pragma unroll
             for (int c = 0; c < RP::CHUNKS; c++) cp_async16(&raw[wp][c][wr], src + RP::chunk(wp, c));
@@ -187,19 +193,19 @@ __global__ void __launch_bounds__(THREADS, 1)
     const unsigned b_addr =
         (unsigned)__cvta_generic_to_shared(&tiles[0].a[wn + lane % 8 + 8 * (lane / 16)][16 * ((lane / 8) % 2)]);
 
-    copy_weights(0);
-    copy_quants(tiles[0], 0);
-    copy_scales(tiles[0], 0);
+    copy_weights(s_begin);
+    copy_quants(tiles[0], s_begin);
+    copy_scales(tiles[0], s_begin);
     cp_async_wait_all();
-    unpack_step(tiles[0], 0);
+    unpack_step(tiles[0], s_begin);
     __syncthreads();
 
     // [excerpt: k_loop]
-    for (int s = 0; s < steps; s++) {
-        const Tile<WF, WL>& cur = tiles[s & 1];
-        Tile<WF, WL>& nxt = tiles[(s + 1) & 1];
-        const unsigned stage = (unsigned)((s & 1) * sizeof(Tile<WF, WL>));
-        const bool next = s + 1 < steps;
+    for (int s = s_begin; s < s_end; s++) {
+        const Tile<WF, WL>& cur = tiles[(s - s_begin) & 1];
+        Tile<WF, WL>& nxt = tiles[(s - s_begin + 1) & 1];
+        const unsigned stage = (unsigned)(((s - s_begin) & 1) * sizeof(Tile<WF, WL>));
+        const bool next = s + 1 < s_end;
 #pragma unroll
         for (int b = 0; b < KB; b++) {
             if (next) {  // the next step's copies, in flight while the tensor cores work
@@ -272,8 +278,8 @@ __global__ void __launch_bounds__(THREADS, 1)
                         const float dot = block_dot(d_a, -MMA_MAGIC_F * d_a, d[r]);  // the FMUL is shared by 2 tiles
                         acc[i][j][r] = fmaf(dw[i][r >> 1], dot, acc[i][j][r]);
                         if constexpr (has_half_scales<WF>)  // + d sc d_a sumi of the values 16..31
-                            acc[i][j][r] = fmaf(dw_hi[i][r >> 1], block_dot(d_a, -MMA_MAGIC_F * d_a, d_hi[r]),
-                                                acc[i][j][r]);
+                            acc[i][j][r] =
+                                fmaf(dw_hi[i][r >> 1], block_dot(d_a, -MMA_MAGIC_F * d_a, d_hi[r]), acc[i][j][r]);
                         if constexpr (has_min<WF>)  // + m_w s_a, after the d term as in MMQ
                             acc[i][j][r] = fmaf(mw[i][r >> 1], (r & 1) ? sa[j].y : sa[j].x, acc[i][j][r]);
                     }
@@ -287,11 +293,13 @@ __global__ void __launch_bounds__(THREADS, 1)
     }
     // [end excerpt: k_loop]
 
-    mma_store_tiles(C, acc, m0 + wm, n0 + wn, g, t, M, N);
+    mma_store_tiles(SPLIT ? C + (int64_t)blockIdx.z * N * M : C, acc, m0 + wm, n0 + wn, g, t, M, N);
 }
 }  // namespace
 
-template <class WF, class WL>
+// SPLIT: the split-K launch of 10_mma_splitk.cu (wgmma_splits in gemm.h decides how many; one
+// split is the plain launch).
+template <class WF, class WL, bool SPLIT = false>
 void gemm_q8_1_mma(const GemmProblem& p, cudaStream_t stream) {
     int8_t* aq;
     float2* ads;
@@ -307,10 +315,25 @@ void gemm_q8_1_mma(const GemmProblem& p, cudaStream_t stream) {
     else
         mma_quantize_acts_sum_q<WF>(p, stream, aq, ads);
     const size_t smem = 2 * sizeof(Tile<WF, WL>) + (size_t)BM * PARTS * Raw<WF>::CHUNKS * 16;
-    cudaFuncSetAttribute(mma_kernel<WF, WL>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if constexpr (SPLIT) {
+        int dev = 0, sms = 0;
+        cudaGetDevice(&dev);
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+        const int splits = wgmma_splits(p.N, p.M, p.K, sms);  // 128 x 128 tiles, as the wgmma steps'
+        if (splits > 1) {  // few tiles: one slice of tokens (N <= 128 x SMs), partial planes, then their sum
+            float* partial = (float*)((uint8_t*)p.workspace + splitk_offset(p.N, p.K));
+            cudaFuncSetAttribute(mma_kernel<WF, WL, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+            const dim3 grid((p.M + BM - 1) / BM, (p.N + BN - 1) / BN, splits);
+            mma_kernel<WF, WL, true>
+                <<<grid, THREADS, smem, stream>>>(aq, ads, (const typename WF::block*)p.W, partial, p.N, p.M, p.K);
+            splitk_sum(partial, p.C, (int64_t)p.N * p.M, splits, stream);
+            return;
+        }
+    }
+    cudaFuncSetAttribute(mma_kernel<WF, WL, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     mma_launch_slices<BN>(p, aq, ads, [&](const int8_t* aq_n, const float2* ads_n, float* C_n, int n) {
         const dim3 grid((p.M + BM - 1) / BM, (n + BN - 1) / BN);
-        mma_kernel<WF, WL>
+        mma_kernel<WF, WL, false>
             <<<grid, THREADS, smem, stream>>>(aq_n, ads_n, (const typename WF::block*)p.W, C_n, n, p.M, p.K);
     });
 }
