@@ -392,6 +392,24 @@ def test_static_decode_step_matches_forward(tiny):
         dec.step(CTX, graph=True)
 
 
+def test_static_decode_step_reads_nothing_on_the_host(tiny, monkeypatch):
+    """What a CUDA graph cannot hold: a tensor's value read from Python (bool(), int(), .item()...).
+    Run on the CPU with those reads made errors, the step must not notice."""
+    path, W, model = tiny
+    dec = model.static_decoder()
+    dec.prefill(torch.tensor(PROMPT[:5]))
+    dec.token.fill_(PROMPT[5])
+
+    def host_read(*a, **k):
+        raise AssertionError("the decode step read a tensor's value on the host")
+
+    for name in ("item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__"):
+        monkeypatch.setattr(torch.Tensor, name, host_read)
+    dec.step(16, graph=False)
+    monkeypatch.undo()
+    assert int(dec.pos) == 6
+
+
 def test_generate_through_the_static_decoder(tiny):
     path, W, model = tiny
     for kw in ({}, {"greedy": False, "seed": 5, "top_k": 20}):

@@ -85,7 +85,12 @@ def rope_cis(x: torch.Tensor, cis: torch.Tensor) -> torch.Tensor:
     instead of a dozen."""
     n_rot = 2 * cis.shape[1]
     head = x if n_rot == x.shape[-1] else x[..., :n_rot]
-    z = torch.view_as_complex(head.float().reshape(*x.shape[:-1], n_rot // 2, 2).contiguous())
+    pairs = head.reshape(*x.shape[:-1], n_rot // 2, 2)
+    # view_as_complex reads float32 pairs in place where each pair is two adjacent floats starting at
+    # an even offset (Q's and K's columns of the fused QKV output are); anything else is copied first
+    if pairs.dtype != torch.float32 or pairs.storage_offset() % 2 or any(st % 2 for st in pairs.stride()[:-1]):
+        pairs = pairs.float().contiguous()
+    z = torch.view_as_complex(pairs)
     out = torch.view_as_real(z * cis[:, None, :]).flatten(-2)
     return out if n_rot == x.shape[-1] else torch.cat((out, x[..., n_rot:]), dim=-1)
 
@@ -303,20 +308,24 @@ class StaticDecoder:
         return logits
 
     def _capture(self, span: int):
-        # One eager step on a side stream first: what runs once per process (cuBLAS's handle and
-        # workspace, the kernels' attribute and occupancy queries) happens outside the capture. It
-        # writes keys and values at pos, which the captured step rewrites before reading them.
-        saved = self.token.clone(), self.pos.clone()
-        side = torch.cuda.Stream(self.model.device)
-        side.wait_stream(torch.cuda.current_stream(self.model.device))
-        with torch.cuda.stream(side):
-            self._step(span)
-        torch.cuda.current_stream(self.model.device).wait_stream(side)
-        self.token.copy_(saved[0])
-        self.pos.copy_(saved[1])
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            logits = self._step(span)
+        # One eager step on a side stream first: what runs once per process and stream (cuBLAS's
+        # handle and workspace, the kernels' attribute and occupancy queries) happens outside the
+        # capture, which then records on that same stream. The step writes keys and values at pos,
+        # which the captured step rewrites before it reads them.
+        dev = self.model.device
+        with torch.cuda.device(dev):
+            saved = self.token.clone(), self.pos.clone()
+            side = torch.cuda.Stream(dev)
+            side.wait_stream(torch.cuda.current_stream(dev))
+            with torch.cuda.stream(side):
+                self._step(span)
+            torch.cuda.current_stream(dev).wait_stream(side)
+            self.token.copy_(saved[0])
+            self.pos.copy_(saved[1])
+            torch.cuda.synchronize(dev)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, stream=side):
+                logits = self._step(span)
         return g, logits
 
     def graph_safe(self) -> bool:
@@ -599,6 +608,7 @@ class LlamaModel:
             cis = self._rope_angles(start, T)
         for i, L in enumerate(self.layers):
             w = L.linears
+            kc, vc = cache.k[i], cache.v[i]  # [Hkv, capacity, D]
             with self._part("norm"):
                 h = rms_norm(x, L.attn_norm, c.rms_eps)
             if "attn_qkv" in w:
@@ -612,9 +622,9 @@ class LlamaModel:
                     q, k = rope_cis(q.reshape(T, H, D), cis), rope_cis(k.reshape(T, Hkv, D), cis)
                 v = v.reshape(T, Hkv, D)
             with self._part("attention"):
-                cache.k[i, :, start : start + T] = k.transpose(0, 1)
-                cache.v[i, :, start : start + T] = v.transpose(0, 1)
-                a = cached_attention(q, cache.k[i, :, : start + T], cache.v[i, :, : start + T], start)
+                kc.narrow(1, start, T).copy_(k.transpose(0, 1))
+                vc.narrow(1, start, T).copy_(v.transpose(0, 1))
+                a = cached_attention(q, kc.narrow(1, 0, start + T), vc.narrow(1, 0, start + T), start)
             x += self._linear(a, "attn_output", w["attn_output"])
             with self._part("norm"):
                 h = rms_norm(x, L.ffn_norm, c.rms_eps)
