@@ -1,4 +1,4 @@
-"""``python -m quantgemm_kernels.model --prompt "..." -n 64 [--device cuda] [--gguf PATH]``
+"""``python -m quantgemm_kernels.model --prompt "..." -n 64 [--device cuda [--no-cuda-graph]] [--gguf PATH]``
 
 Generates a continuation of the prompt (through the file's chat template with ``--chat``) and
 prints it with the prefill and decode speeds. A progress line on stderr counts the new tokens.
@@ -24,6 +24,11 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=None, help="CPU threads (torch.set_num_threads)")
     ap.add_argument("--profile", action="store_true", help="print where the time went (linear, attention, ...)")
+    ap.add_argument(
+        "--no-cuda-graph",
+        action="store_true",
+        help="on CUDA, decode step by step from Python instead of replaying a graph",
+    )
     args = ap.parse_args(argv)
 
     import torch
@@ -57,6 +62,7 @@ def main(argv=None) -> int:
             top_k=args.top_k,
             seed=args.seed,
             on_token=progress,
+            cuda_graph=False if args.no_cuda_graph else None,
         )
     print(file=sys.stderr)
     print(args.prompt + text)

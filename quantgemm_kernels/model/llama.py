@@ -299,13 +299,20 @@ class StaticDecoder:
             graph = self.model.device.type == "cuda"
         if not graph:
             return self._step(span)
+        g, logits = self.prepare(span)
+        g.replay()
+        return logits
+
+    @torch.inference_mode()
+    def prepare(self, span: int):
+        """The CUDA graph of a step over ``span`` positions and its logits tensor, captured on the
+        first call for this span (after one eager warm-up step at ``pos``; ``token`` and ``pos`` are
+        left as they were)."""
         if self.model.device.type != "cuda":
             raise ValueError("CUDA graphs need the model on a CUDA device")
         if span not in self._graphs:
             self._graphs[span] = self._capture(span)
-        g, logits = self._graphs[span]
-        g.replay()
-        return logits
+        return self._graphs[span]
 
     def _capture(self, span: int):
         # One eager step on a side stream first: what runs once per process and stream (cuBLAS's
@@ -740,7 +747,12 @@ class LlamaModel:
         if cuda_graph is None:
             cuda_graph = self.device.type == "cuda"
         dec = None
-        if cuda_graph and self._profile is None and n_prompt + max_new_tokens - 1 <= self.config.context_length:
+        if (
+            cuda_graph
+            and self._profile is None
+            and 1 < max_new_tokens
+            and n_prompt + max_new_tokens - 1 <= self.config.context_length
+        ):
             dec = self.static_decoder()
             if self.device.type == "cuda" and not dec.graph_safe():
                 dec = None
@@ -757,13 +769,11 @@ class LlamaModel:
                 tok = pick(logits[-1])
                 prefill_s = time.perf_counter() - t0
                 if dec is not None:
-                    span = dec.span_for(max(n_prompt + max_new_tokens - 1, 1))
+                    span = dec.span_for(n_prompt + max_new_tokens - 1)
                     dec.token.fill_(tok)
                     use_graph = self.device.type == "cuda"
-                    if use_graph and max_new_tokens > 1:
-                        dec.step(span, graph=True)  # captures the graph (or finds it) and runs one step,
-                        dec.pos.fill_(n_prompt)  # which is undone here: the timed steps start afresh
-                        dec.token.fill_(tok)
+                    if use_graph:
+                        dec.prepare(span)  # the first time for this span: captured here, not timed
                     sync()
                 t1 = time.perf_counter()
                 token_in = torch.empty(1, dtype=torch.int64, device=self.device)
