@@ -153,7 +153,9 @@ __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
         for (int k = 0; k < BN * 16 / THREADS; k++) {
             const int r = tid / 16 + (THREADS / 16) * k;
-            cp_async16_zfill(&tile.a[r][16 * j], src + (int64_t)min(n0 + r, N - 1) * K, valid);
+            // tokens past N: zeros, not copies of the last token (a tile of 1 token would have all
+            // its threads load the same 16 bytes, every CTA of the grid at once)
+            cp_async16_zfill(&tile.a[r][16 * j], src + (int64_t)min(n0 + r, N - 1) * K, valid && n0 + r < N);
         }
     };
     auto copy_scales = [&](Tile<WF, WL>& tile,
@@ -164,9 +166,10 @@ __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
         for (int k = 0; k < BN * KB / THREADS; k++) {
             const int r = tid / KB + (THREADS / KB) * k;
-            cp_async4_zfill(&tile.ad[b][r], src + 2 * (int64_t)min(n0 + r, N - 1) * nb, valid);
+            const bool token = valid && n0 + r < N;  // tokens past N: zeros, as the quants
+            cp_async4_zfill(&tile.ad[b][r], src + 2 * (int64_t)min(n0 + r, N - 1) * nb, token);
             if constexpr (has_min<WF>)  // the pair's other 4 B: s
-                cp_async4_zfill(&tile.asum[b][r], src + 2 * (int64_t)min(n0 + r, N - 1) * nb + 1, valid);
+                cp_async4_zfill(&tile.asum[b][r], src + 2 * (int64_t)min(n0 + r, N - 1) * nb + 1, token);
         }
         cp_async_commit();
     };
