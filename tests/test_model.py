@@ -386,6 +386,13 @@ def test_static_decode_step_matches_forward(tiny):
             assert int(dec.token) == int(steps[-1].argmax())  # greedy's next token, left on the device
         assert int(dec.pos) == len(PROMPT)
         torch.testing.assert_close(torch.cat(steps), full[5:], rtol=1e-5, atol=1e-5)
+    # attending over exactly the positions filled, as generate() does on the CPU: forward()'s bits
+    cache = model.new_cache(len(PROMPT))
+    model.forward(torch.tensor(PROMPT[:5]), cache)
+    dec.prefill(torch.tensor(PROMPT[:5]))
+    for p, t in enumerate(PROMPT[5:], start=5):
+        dec.token.fill_(t)
+        assert torch.equal(dec.step(p + 1, graph=False), model.forward(torch.tensor([t]), cache))
     with pytest.raises(ValueError, match="span"):
         dec.step(CTX + 1, graph=False)
     with pytest.raises(ValueError, match="CUDA"):
@@ -410,13 +417,19 @@ def test_static_decode_step_reads_nothing_on_the_host(tiny, monkeypatch):
     assert int(dec.pos) == 6
 
 
-def test_generate_through_the_static_decoder(tiny):
+def test_generate_decodes_through_the_static_decoder(tiny):
+    """generate() on the CPU runs the graph's decode step eagerly, over exactly the positions filled:
+    the same logits, bit for bit, as forward() step by step (which generate uses while profiling)."""
     path, W, model = tiny
     for kw in ({}, {"greedy": False, "seed": 5, "top_k": 20}):
         ours = model.generate(torch.tensor(PROMPT[:4]), 8, stop_at_eos=False, **kw)
-        static = model.generate(torch.tensor(PROMPT[:4]), 8, stop_at_eos=False, cuda_graph=True, **kw)
-        assert static.tolist() == ours.tolist()
+        assert model._decoder is not None and int(model._decoder.pos) == 4 + 7
+        with model.profile():
+            through_forward = model.generate(torch.tensor(PROMPT[:4]), 8, stop_at_eos=False, **kw)
+        assert ours.tolist() == through_forward.tolist()
     assert model.last_stats.new_tokens == 8 and model.last_stats.decode_tok_s > 0
+    with pytest.raises(ValueError, match="CUDA"):
+        model.generate(torch.tensor(PROMPT[:4]), 2, cuda_graph=True)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")

@@ -229,6 +229,11 @@ class GenerationStats:
         return steps / self.decode_s if steps > 0 and self.decode_s else float("nan")
 
 
+def _span(positions: int) -> int:
+    """The power of two of at least 256 that holds ``positions``."""
+    return max(256, 1 << (positions - 1).bit_length())
+
+
 class StaticDecoder:
     """Decode steps of one token whose tensors keep their shapes and addresses from step to step, so
     that on CUDA a step is captured once in a ``torch.cuda.CUDAGraph`` and replayed: one launch per
@@ -240,8 +245,8 @@ class StaticDecoder:
     model's context length), attends over the cache's first ``span`` positions with those after
     ``pos`` masked, and ends by writing the most likely next token into ``token`` and ``pos + 1``
     into ``pos``: greedy decoding replays the step with no host work in between. Nothing in a step
-    reads a tensor's value on the host. On the CPU the same step runs eagerly (``graph=False``),
-    which is how the tests check it against :meth:`LlamaModel.forward`.
+    reads a tensor's value on the host. On the CPU the same step runs eagerly (``graph=False``):
+    ``generate`` decodes through it there too, so every CPU test of generation runs the graph's code.
 
     ``prefill(ids)`` fills the cache through the ordinary forward pass and sets ``pos``.
     """
@@ -263,12 +268,12 @@ class StaticDecoder:
         self._graphs: dict[int, tuple] = {}  # span -> (CUDAGraph, its logits tensor)
 
     def span_for(self, positions: int) -> int:
-        """The span a step attends over when ``positions`` will be filled at most: a power of two of
-        at least 256, at most ``capacity``. Attention then reads a few times the positions in use at
-        worst (not the whole context), and a handful of spans (graphs) cover every length."""
+        """The span a captured step attends over when ``positions`` will be filled at most: a power of
+        two of at least 256, at most ``capacity``. Attention then reads at most about twice the
+        positions in use (not the whole context), and a handful of spans (graphs) cover every length."""
         if not 1 <= positions <= self.capacity:
             raise ValueError(f"{positions} positions do not fit in {self.capacity}")
-        return min(self.capacity, max(256, 1 << (positions - 1).bit_length()))
+        return min(self.capacity, _span(positions))
 
     @torch.inference_mode()
     def prefill(self, ids) -> torch.Tensor:
@@ -428,7 +433,7 @@ class LlamaModel:
         # through quantgemm_kernels.linear, with its checks on every call.
         self._direct = self.device.type == "cpu"
         self._kernels: dict = {}  # (format, N, rows) -> pick_kernel's choice, or False: use linear()
-        self._decoders: dict[int, StaticDecoder] = {}  # capacity -> decoder (static_decoder())
+        self._decoder: StaticDecoder | None = None  # static_decoder()'s
         self._profile: TimeBreakdown | None = None
         self.last_stats: GenerationStats | None = None
 
@@ -547,12 +552,14 @@ class LlamaModel:
         return KVCache(self.config, capacity, self.device)
 
     def static_decoder(self, capacity: int | None = None) -> StaticDecoder:
-        """The model's :class:`StaticDecoder` for ``capacity`` positions (default the context length),
-        made on first use and kept with its KV cache and captured graphs."""
+        """The model's :class:`StaticDecoder`, holding at least ``capacity`` positions (default the
+        context length). One is kept with its KV cache and captured graphs, and replaced by a larger
+        one when more positions are asked for."""
         cap = self.config.context_length if capacity is None else capacity
-        if cap not in self._decoders:
-            self._decoders[cap] = StaticDecoder(self, cap)
-        return self._decoders[cap]
+        if self._decoder is None or self._decoder.capacity < cap:
+            self._decoder = None  # its cache and graphs go before the new ones are allocated
+            self._decoder = StaticDecoder(self, cap)
+        return self._decoder
 
     def _static_step(self, dec: StaticDecoder, span: int) -> torch.Tensor:
         """:meth:`forward` of one token, ``dec.token`` at position ``dec.pos``, in operations whose
@@ -699,12 +706,12 @@ class LlamaModel:
         ``stop_at_eos``, at the file's EOS/end-of-turn token (which is not returned).
         ``on_token(i, token_id)`` is called after each new token. Timings go to ``self.last_stats``.
 
-        ``cuda_graph`` (default: True on CUDA, False on the CPU) decodes through the model's
-        :class:`StaticDecoder`, each step one replay of a captured CUDA graph (captured after the
-        prefill, outside the timed decode, once per span); on the CPU the same steps run eagerly, a
-        check of that code path rather than a speed-up. While the model is profiled, and on a GPU
-        where some layer's kernel needs the host (:meth:`StaticDecoder.graph_safe`), the steps run
-        through :meth:`forward` instead.
+        The decode steps run through the model's :class:`StaticDecoder`: on the CPU eagerly, each
+        attending over exactly the positions filled (:meth:`forward`'s arithmetic, bit for bit); on
+        CUDA each one replay of a captured CUDA graph (``cuda_graph``, default True there; captured
+        after the prefill, outside the timed decode, once per span), or with ``cuda_graph=False``
+        launched from Python as on the CPU. While the model is profiled, and where the sequence
+        would pass the context length, the steps run through :meth:`forward` instead.
         """
         text_in = isinstance(prompt, str)
         if text_in:
@@ -744,18 +751,15 @@ class LlamaModel:
 
         new: list[int] = []
         sync = (lambda: torch.cuda.synchronize(self.device)) if self.device.type == "cuda" else (lambda: None)
-        if cuda_graph is None:
-            cuda_graph = self.device.type == "cuda"
-        dec = None
-        if (
-            cuda_graph
-            and self._profile is None
-            and 1 < max_new_tokens
-            and n_prompt + max_new_tokens - 1 <= self.config.context_length
-        ):
-            dec = self.static_decoder()
-            if self.device.type == "cuda" and not dec.graph_safe():
-                dec = None
+        on_cuda = self.device.type == "cuda"
+        if cuda_graph and not on_cuda:
+            raise ValueError("cuda_graph=True needs the model on a CUDA device")
+        positions = n_prompt + max_new_tokens - 1  # the last new token is not fed back
+        dec = graph = None
+        if self._profile is None and max_new_tokens > 1 and positions <= self.config.context_length:
+            # on the CPU a cache of what this call needs (a power of two), on CUDA of the whole context
+            dec = self.static_decoder(None if on_cuda else min(_span(positions), self.config.context_length))
+            graph = on_cuda and cuda_graph is not False and dec.graph_safe()
         prefill_s = decode_s = 0.0
         if max_new_tokens > 0:
             with torch.inference_mode():
@@ -769,10 +773,9 @@ class LlamaModel:
                 tok = pick(logits[-1])
                 prefill_s = time.perf_counter() - t0
                 if dec is not None:
-                    span = dec.span_for(n_prompt + max_new_tokens - 1)
                     dec.token.fill_(tok)
-                    use_graph = self.device.type == "cuda"
-                    if use_graph:
+                    if graph:
+                        span = dec.span_for(positions)
                         dec.prepare(span)  # the first time for this span: captured here, not timed
                     sync()
                 t1 = time.perf_counter()
@@ -790,13 +793,15 @@ class LlamaModel:
                         token_in.fill_(tok)
                         logits = self.forward(token_in, cache, last_only=True)
                         tok = pick(logits[-1])
+                        continue
+                    # Without a graph the step attends over exactly the positions filled so far
+                    # (the new token's included): forward()'s arithmetic, bit for bit.
+                    logits = dec.step(span if graph else n_prompt + len(new), graph=graph)
+                    if greedy:
+                        tok = int(dec.token)  # the step left its argmax there
                     else:
-                        logits = dec.step(span, graph=use_graph)  # feeds dec.token, leaves the argmax there
-                        if greedy:
-                            tok = int(dec.token)
-                        else:
-                            tok = pick(logits[-1])
-                            dec.token.fill_(tok)
+                        tok = pick(logits[-1])
+                        dec.token.fill_(tok)
                 sync()
                 decode_s = time.perf_counter() - t1
         self.last_stats = GenerationStats(n_prompt, len(new), prefill_s, decode_s)
