@@ -349,18 +349,14 @@ CPU_STATIONARY = ("q4_0", "q8_0", "q4_1")
 DECODE_MAX_N_FEW_TILES = 8  # N up to which the decode kernel runs when M/128 < SMs/2
 DECODE_MAX_N = 5  # otherwise
 DECODE_MAX_N_NARROW = 4  # on Hopper, for the formats with the narrow wgmma step
-#: The formats whose tensor-core kernel is the mma.sync step (no split-K: 32 CTAs for 132 SMs at
-#: M = 4096, and about 270-300 us at K = 14336 whatever N up to 512): the decode kernel stays ahead
-#: far longer. Read off the H100 records (cold, M = 4096, K = 14336):
-#: bench_results/nvidia-h100-80gb-hbm3/2026-11-27/q4_1-crossover-000129.json, Q4_1: decode 187.7
-#: against mma 268.2 us at N = 32, 373.0 against 267.6 at N = 64; kquant-000116.json, Q4_K: decode
-#: 262.3 against mma 292.8 at N = 64, mma 305.0 at N = 256 (the decode kernel grows by about 4 us per
-#: token there). Between the measured N (Q4_1: 32 and 64; Q4_K: 64 and 256) the threshold is a
-#: choice. Other M, and GPUs other than the H100, are not measured.
-#: Q6_K: Q4_K's threshold, its own crossover not measured yet (the same record has its decode kernel
-#: at 85.2 us for N = 16 and 316.2 for N = 64, but no Q6_K mma step yet; tools/k_quants_cuda/gpu_check.sh
-#: measures both). Without an entry it would take the mma step from N = 6 (Q4_0's DECODE_MAX_N).
-DECODE_MAX_N_MMA = {"q4_1": 32, "q4_k": 64, "q6_k": 64}
+#: The formats whose tensor-core kernel is the mma.sync step (Q4_1, Q4_K, Q6_K: no wgmma kernel), in
+#: its split-K launch (10_mma_splitk.cu): the decode kernel to N = 8 (Q4_1) or 16 (Q4_K, Q6_K). From
+#: the H100 record bench_results/nvidia-h100-80gb-hbm3/2026-11-27/mma-zfill-003322.json (cold,
+#: M = 4096, K = 14336): Q4_1 decode 51.7 against mma_splitk 72.2 us at N = 8, 96.9 against 71.8 at
+#: N = 16; Q4_K 70.4 against 76.0 at N = 16, 133.8 against 77.9 at N = 32; Q6_K 82.4 against 106.9
+#: at N = 16, 156.8 against 109.1 at N = 32. Between the measured N (Q4_1: 8 and 16; Q4_K, Q6_K: 16
+#: and 32) the threshold is a choice; other M, and GPUs other than the H100, are not measured.
+DECODE_MAX_N_MMA = {"q4_1": 8, "q4_k": 16, "q6_k": 16}
 
 
 def pick_kernel(device, wfmt: str, N: int, M: int | None = None) -> Kernel:

@@ -143,9 +143,9 @@ def test_the_gpu_choice_follows_the_measured_crossovers():
     """api.pick_cuda_kernel without a GPU: on Hopper the decode kernel to N = 4, then the split-K
     wgmma kernel in its 64-token-tile form (the narrow step); on Ampere the decode kernel to N = 8
     when W has few 128-row tiles for the SMs (M = 4096: 32 tiles on 108 SMs) and to N = 5 otherwise,
-    then mma.sync; DP4A before it; Q4_1 and Q4_K (no wgmma kernel) the decode kernel to their own crossovers (N = 32 and 64 on
-    the H100 records api.py cites), then their mma.sync step, on Hopper too; Q6_K likewise at Q4_K's
-    threshold (its own is not measured yet)."""
+    then mma.sync in its split-K launch; DP4A before it; Q4_1, Q4_K and Q6_K (no wgmma kernel) the
+    decode kernel to their own crossovers (N = 8, 16 and 16 on the H100 record api.py cites), then
+    the split-K mma step, on Hopper too."""
     from quantgemm_kernels import api
 
     pick = api.pick_cuda_kernel
@@ -159,15 +159,17 @@ def test_the_gpu_choice_follows_the_measured_crossovers():
     assert pick("q8_0", 4, 14336, *h100).name == "cuda_q8_0_q8_1_decode"
     assert pick("q8_0", 8, 14336, *h100).name == "cuda_q8_0_q8_1_wgmma_narrow"
     assert pick("q4_1", 1, 4096, *h100).name == "cuda_q4_1_q8_1_decode"
-    assert pick("q4_1", 32, 4096, *h100).name == "cuda_q4_1_q8_1_decode"
+    assert pick("q4_1", 8, 4096, *h100).name == "cuda_q4_1_q8_1_decode"
+    assert pick("q4_1", 16, 4096, *h100).name == "cuda_q4_1_q8_1_mma_splitk"
     assert pick("q4_1", 64, 4096, *h100).name == "cuda_q4_1_q8_1_mma_splitk"
     assert pick("q4_1", 512, 4096, *h100).name == "cuda_q4_1_q8_1_mma_splitk"
     assert pick("q4_1", 64, 4096, (8, 0), 108).name == "cuda_q4_1_q8_1_mma_splitk"
     assert pick("q4_1", 16, 4096, (8, 0), 108).name == "cuda_q4_1_q8_1_decode"
-    assert pick("q4_k", 64, 4096, *h100).name == "cuda_q4_k_q8_1_decode"
-    assert pick("q4_k", 65, 4096, *h100).name == "cuda_q4_k_q8_1_mma_splitk"
+    assert pick("q4_k", 16, 4096, *h100).name == "cuda_q4_k_q8_1_decode"
+    assert pick("q4_k", 32, 4096, *h100).name == "cuda_q4_k_q8_1_mma_splitk"
     assert pick("q4_k", 512, 4096, *h100).name == "cuda_q4_k_q8_1_mma_splitk"
-    assert pick("q6_k", 64, 4096, *h100).name == "cuda_q6_k_q8_1_decode"
+    assert pick("q6_k", 16, 4096, *h100).name == "cuda_q6_k_q8_1_decode"
+    assert pick("q6_k", 17, 4096, *h100).name == "cuda_q6_k_q8_1_mma_splitk"
     assert pick("q6_k", 512, 4096, *h100).name == "cuda_q6_k_q8_1_mma_splitk"
     assert pick("q4_0", 64, 4096, (8, 0), 108).name == "cuda_q4_0_q8_1_mma_splitk"
     assert pick("q4_0", 1, 4096, (7, 5), 40).name == "cuda_q4_0_q8_1_vec_dp4a"
