@@ -364,6 +364,13 @@ def test_non_finite_activations_raise(tiny):
     broken.layers[0].attn_norm = torch.full_like(broken.layers[0].attn_norm, float("inf"))
     with pytest.raises(ValueError, match="NaN or Inf"):
         broken(torch.tensor(PROMPT[:3]))
+    # and in generate's decode steps: the first new token's embedding row made NaN (its first
+    # block's fp16 scale), so the prompt passes and the first decode step does not
+    broken = load_gguf(path)
+    prompt, first = next(([t], f) for t in PROMPT if (f := int(model(torch.tensor([t]))[-1].argmax())) != t)
+    broken.tok_embd.data[first, :2] = torch.tensor([0x00, 0x7E], dtype=torch.uint8)
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        broken.generate(torch.tensor(prompt), 4, stop_at_eos=False)
 
 
 def test_static_decode_step_matches_forward(tiny):

@@ -797,6 +797,8 @@ class LlamaModel:
                     # Without a graph the step attends over exactly the positions filled so far
                     # (the new token's included): forward()'s arithmetic, bit for bit.
                     logits = dec.step(span if graph else n_prompt + len(new), graph=graph)
+                    if self._direct and not bool(torch.isfinite(logits).all()):  # forward()'s check
+                        raise ValueError("the logits hold NaN or Inf: some activation was not finite")
                     if greedy:
                         tok = int(dec.token)  # the step left its argmax there
                     else:
