@@ -164,7 +164,7 @@ def test_the_gpu_choice_follows_the_measured_crossovers():
     assert pick("q4_1", 64, 4096, *h100).name == "cuda_q4_1_q8_1_mma_splitk"
     assert pick("q4_1", 512, 4096, *h100).name == "cuda_q4_1_q8_1_mma_splitk"
     assert pick("q4_1", 64, 4096, (8, 0), 108).name == "cuda_q4_1_q8_1_mma_splitk"
-    assert pick("q4_1", 16, 4096, (8, 0), 108).name == "cuda_q4_1_q8_1_decode"
+    assert pick("q4_1", 8, 4096, (8, 0), 108).name == "cuda_q4_1_q8_1_decode"
     assert pick("q4_k", 16, 4096, *h100).name == "cuda_q4_k_q8_1_decode"
     assert pick("q4_k", 32, 4096, *h100).name == "cuda_q4_k_q8_1_mma_splitk"
     assert pick("q4_k", 512, 4096, *h100).name == "cuda_q4_k_q8_1_mma_splitk"
