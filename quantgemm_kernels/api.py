@@ -406,7 +406,10 @@ def pick_cuda_kernel(wfmt: str, N: int, M: int | None, cc: tuple[int, int], sms:
         names = [f"cuda_{wfmt}_q8_1_wgmma_{s}" for s in ("narrow", "splitk")]
         names += [f"cuda_{wfmt}_q8_1_mma_splitk", f"cuda_{wfmt}_q8_1_mma"]
     elif cc >= (8, 0):
-        names = [f"cuda_{wfmt}_q8_1_mma_splitk", f"cuda_{wfmt}_q8_1_mma"]
+        # The mma steps stage 172 to 201 KB of shared memory per CTA: more than Ampere and Ada allow
+        # (A100: 163 KB, sm_86 and sm_89: 99 KB; their launcher says so). Those GPUs keep the decode
+        # kernel at every N (not measured there).
+        names = []
     else:
         names = [f"cuda_{wfmt}_q8_1_vec_dp4a"]
     # Q4_1, Q4_K and Q6_K have the mma step (chapters 7 and 8) but no wgmma kernel: on Hopper too

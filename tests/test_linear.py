@@ -141,9 +141,8 @@ def test_pick_kernel_on_the_cpu():
 
 def test_the_gpu_choice_follows_the_measured_crossovers():
     """api.pick_cuda_kernel without a GPU: on Hopper the decode kernel to N = 4, then the split-K
-    wgmma kernel in its 64-token-tile form (the narrow step); on Ampere the decode kernel to N = 8
-    when W has few 128-row tiles for the SMs (M = 4096: 32 tiles on 108 SMs) and to N = 5 otherwise,
-    then mma.sync in its split-K launch; DP4A before it; Q4_1, Q4_K and Q6_K (no wgmma kernel) the
+    wgmma kernel in its 64-token-tile form (the narrow step); on Ampere and Ada the decode kernel at
+    every N (the mma steps' shared memory does not fit there); DP4A before them; Q4_1, Q4_K and Q6_K (no wgmma kernel) the
     decode kernel to their own crossovers (N = 8, 16 and 16 on the H100 record api.py cites), then
     the split-K mma step, on Hopper too."""
     from quantgemm_kernels import api
@@ -154,7 +153,7 @@ def test_the_gpu_choice_follows_the_measured_crossovers():
     assert pick("q4_0", 4, 4096, *h100).name == "cuda_q4_0_q8_1_decode"
     assert pick("q4_0", 5, 4096, *h100).name == "cuda_q4_0_q8_1_wgmma_narrow"
     assert pick("q4_0", 8, 4096, (8, 0), 108).name == "cuda_q4_0_q8_1_decode"
-    assert pick("q4_0", 8, 14336, (8, 0), 108).name == "cuda_q4_0_q8_1_mma_splitk"
+    assert pick("q4_0", 8, 14336, (8, 0), 108).name == "cuda_q4_0_q8_1_decode"
     assert pick("q4_0", 16, 4096, *h100).name == "cuda_q4_0_q8_1_wgmma_narrow"
     assert pick("q8_0", 4, 14336, *h100).name == "cuda_q8_0_q8_1_decode"
     assert pick("q8_0", 8, 14336, *h100).name == "cuda_q8_0_q8_1_wgmma_narrow"
@@ -163,7 +162,7 @@ def test_the_gpu_choice_follows_the_measured_crossovers():
     assert pick("q4_1", 16, 4096, *h100).name == "cuda_q4_1_q8_1_mma_splitk"
     assert pick("q4_1", 64, 4096, *h100).name == "cuda_q4_1_q8_1_mma_splitk"
     assert pick("q4_1", 512, 4096, *h100).name == "cuda_q4_1_q8_1_mma_splitk"
-    assert pick("q4_1", 64, 4096, (8, 0), 108).name == "cuda_q4_1_q8_1_mma_splitk"
+    assert pick("q4_1", 64, 4096, (8, 0), 108).name == "cuda_q4_1_q8_1_decode"
     assert pick("q4_1", 8, 4096, (8, 0), 108).name == "cuda_q4_1_q8_1_decode"
     assert pick("q4_k", 16, 4096, *h100).name == "cuda_q4_k_q8_1_decode"
     assert pick("q4_k", 32, 4096, *h100).name == "cuda_q4_k_q8_1_mma_splitk"
@@ -171,7 +170,7 @@ def test_the_gpu_choice_follows_the_measured_crossovers():
     assert pick("q6_k", 16, 4096, *h100).name == "cuda_q6_k_q8_1_decode"
     assert pick("q6_k", 17, 4096, *h100).name == "cuda_q6_k_q8_1_mma_splitk"
     assert pick("q6_k", 512, 4096, *h100).name == "cuda_q6_k_q8_1_mma_splitk"
-    assert pick("q4_0", 64, 4096, (8, 0), 108).name == "cuda_q4_0_q8_1_mma_splitk"
+    assert pick("q4_0", 512, 4096, (8, 9), 58).name == "cuda_q4_0_q8_1_decode"
     assert pick("q4_0", 1, 4096, (7, 5), 40).name == "cuda_q4_0_q8_1_vec_dp4a"
     with pytest.raises(ValueError, match="no CUDA kernel for q4_1 weights on compute capability 7.5"):
         pick("q4_1", 1, 4096, (7, 5), 40)

@@ -35,10 +35,12 @@
 namespace gpu {
 template <class WF>
 void gemm_q8_1_wgmma_narrow(const GemmProblem& p, cudaStream_t stream) {
+    // [excerpt: narrow_launch]
     if (p.N <= 64)
         gemm_q8_1_wgmma_splitk<WF, 1>(p, stream);  // one consumer warpgroup: tokens 0..63 of the tile
     else
         gemm_q8_1_wgmma_splitk<WF, 2>(p, stream);  // the fifth step
+    // [end excerpt: narrow_launch]
 }
 }  // namespace gpu
 

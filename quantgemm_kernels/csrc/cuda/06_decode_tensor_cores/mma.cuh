@@ -16,6 +16,8 @@
 #pragma once
 #include <algorithm>
 #include <cstddef>
+#include <stdexcept>
+#include <string>
 
 #include "../w_q8_1.cuh"
 

@@ -318,6 +318,16 @@ void gemm_q8_1_mma(const GemmProblem& p, cudaStream_t stream) {
     else
         mma_quantize_acts_sum_q<WF>(p, stream, aq, ads);
     const size_t smem = 2 * sizeof(Tile<WF, WL>) + (size_t)BM * PARTS * Raw<WF>::CHUNKS * 16;
+    {  // 172 to 201 KB: Hopper's 227 KB per block fit it, Ampere's (A100: 163 KB; sm_86/89: 99 KB) do not
+        int dev = 0, optin = 0;
+        cudaGetDevice(&dev);
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+        if (smem > (size_t)optin)
+            throw std::runtime_error("the mma steps need " + std::to_string(smem / 1024) +
+                                     " KB of shared memory per block; this GPU allows " + std::to_string(optin / 1024) +
+                                     " KB (use the decode kernel, or a GPU of compute capability 9.0)");
+    }
+    // [excerpt: mma_split_launch]
     if constexpr (SPLIT) {
         int dev = 0, sms = 0;
         cudaGetDevice(&dev);
@@ -333,6 +343,7 @@ void gemm_q8_1_mma(const GemmProblem& p, cudaStream_t stream) {
             return;
         }
     }
+    // [end excerpt: mma_split_launch]
     cudaFuncSetAttribute(mma_kernel<WF, WL, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     mma_launch_slices<BN>(p, aq, ads, [&](const int8_t* aq_n, const float2* ads_n, float* C_n, int n) {
         const dim3 grid((p.M + BM - 1) / BM, (n + BN - 1) / BN);

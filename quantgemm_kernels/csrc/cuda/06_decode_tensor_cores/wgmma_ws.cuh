@@ -100,6 +100,7 @@ __global__ void __launch_bounds__(THREADS<CW>, 1)
             bar_expect(&sm.raw_in[i], BM * Smem<WF>::RAW_ROW);
             tma_copy_2d(&sm.raw[i][0][0], &wmap, s * Smem<WF>::RAW_ROW / 2, m0, &sm.raw_in[i]);
         };
+        // [excerpt: narrow_copy]
         // The activations of step s into stage st: the whole unit (128 tokens), or with one consumer
         // warpgroup the first 64 tokens of each block (the first half of its quants and of its pairs).
         auto copy_acts = [&](Stage& st, int s, uint64_t* bar) {
@@ -117,6 +118,7 @@ __global__ void __launch_bounds__(THREADS<CW>, 1)
                 }
             }
         };
+        // [end excerpt: narrow_copy]
         if (r == 0 && aligned) copy_raw(s_begin);
         // [excerpt: producer_loop]
         for (int s = s_begin; s < s_end; s++) {
