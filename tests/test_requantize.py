@@ -230,3 +230,24 @@ def test_smollm2_q4_k_m_types_are_llama_cpps(tmp_path):
     T = _tensors(theirs)
     ours = RQ.q4_k_m_types(gguf.GGUFReader(str(smollm2_path())).tensors)
     assert {n: (t or "F32") for n, t in ours.items()} == {n: t.tensor_type.name for n, t in T.items()}
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_k_quant_file_on_the_gpu_agrees_with_the_cpu(files):
+    """The Q4_K_M file on a GPU: chapter 8's CUDA kernels (the decode kernels for a few tokens, the
+    split-K mma step for a longer prompt) against the same file on the CPU (chapter 8's CPU kernels,
+    Q8_K activations there and Q8_1 here: both quantize, so they agree to the floor that the test
+    against llama.cpp above uses), for the whole prompt and for greedy decoding."""
+    import quantgemm_kernels as qk
+
+    if not qk.cuda_kernels_built():
+        pytest.skip("the CUDA kernels are not built here")
+    name, _, ours, _ = files
+    cpu, gpu = load_gguf(ours), load_gguf(ours, "cuda")
+    for prompt in (PROMPT, PROMPT * 4):  # 4 x the prompt: past the decode kernels' N
+        ref = cpu(torch.tensor(prompt)).double().numpy()
+        got = gpu(torch.tensor(prompt, device="cuda")).cpu().double().numpy()
+        err = float(((got - ref) ** 2).sum() / (ref**2).sum())
+        assert err < 1e-3, (name, len(prompt), err)
+    new = gpu.generate(torch.tensor(PROMPT), 6, stop_at_eos=False)
+    assert new.shape == (6,) and int(new.min()) >= 0 and int(new.max()) < len(TOKENS)
