@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from .. import api
+from .. import formats as F
 from .gguf_file import GGUFModelError, GGUFTensor, LlamaConfig, LlamaFile, read_llama
 
 
@@ -399,6 +400,16 @@ class LlamaModel:
         self._check_kernels(file)
         emb = T["token_embd.weight"]
         self.tok_embd = _weight(emb, self.device)
+        # The lookup dequantizes the rows it selects, on the model's device; for a format with no CUDA
+        # dequantizer (the K-quants) the table is dequantized once on the CPU instead and kept on the
+        # GPU in float32 (the same values as the CPU's row by row; vocab x dim x 4 bytes)
+        self._embd_rows = None
+        if (
+            self.device.type == "cuda"
+            and isinstance(self.tok_embd, api.QTensor)
+            and not F.SPECS[self.tok_embd.fmt].cuda
+        ):
+            self._embd_rows = api.dequantize(self.tok_embd.data.cpu(), self.tok_embd.fmt).to(self.device)
         self.output = _weight(T["output.weight"], self.device) if "output.weight" in T else self.tok_embd
         self.tied = "output.weight" not in T
         self.output_norm = _float_tensor(T["output_norm.weight"], self.device)
@@ -510,6 +521,8 @@ class LlamaModel:
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
         """Rows of the token embedding ``[T, dim]``: only the selected rows are dequantized."""
         W = self.tok_embd
+        if self._embd_rows is not None:
+            return self._embd_rows.index_select(0, tokens)
         if isinstance(W, api.QTensor):
             return api.dequantize(W.data.index_select(0, tokens), W.fmt)
         return W.index_select(0, tokens)
