@@ -257,6 +257,19 @@ __device__ __forceinline__ uint4 load16_until(const void* src, const void* end) 
     return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
+// Part PART's CHUNKS chunks of 16 bytes (chunk(PART, c)) into words u[0 .. 4 CHUNKS - 1].
+template <int CHUNKS, int PART, class Chunk>
+__device__ __forceinline__ void load_part_words(Chunk& chunk, uint32_t* u) {
+#pragma unroll
+    for (int c = 0; c < CHUNKS; c++) {
+        const uint4 v = chunk(PART, c);
+        u[4 * c] = v.x;
+        u[4 * c + 1] = v.y;
+        u[4 * c + 2] = v.z;
+        u[4 * c + 3] = v.w;
+    }
+}
+
 // Q6_K (chapter 8), part PART of a row's super-block at byte offset o of its first chunk, copied as
 // RawPart<w_q6_k> chunks: for each of its blocks j, store(j, d sc_2j, values, d sc_2j+1), values as 8
 // words of int8 q - 32 (block j's 32 values in order), the second scale for its values 16..31. The
@@ -275,14 +288,7 @@ __device__ __forceinline__ void mma_unpack_q6_k_part(Chunk& chunk, Store& store,
     using RP = RawPart<WF, KB, PARTS>;
     constexpr int QL_W = 0, QH_W = 4 * RP::QH, SC_W = 4 * RP::TAIL + 2 * PART, D_W = 4 * RP::TAIL + 4;  // words
     uint32_t u[RP::CHUNKS * 4 + 1];
-#pragma unroll
-    for (int c = 0; c < RP::CHUNKS; c++) {
-        const uint4 v = chunk(PART, c);
-        u[4 * c] = v.x;
-        u[4 * c + 1] = v.y;
-        u[4 * c + 2] = v.z;
-        u[4 * c + 3] = v.w;
-    }
+    load_part_words<RP::CHUNKS, PART>(chunk, u);
     u[RP::CHUNKS * 4] = 0;  // read by the shifter past the last byte used (d), never used
     const bool by8 = o & 8, by4 = o & 4;
     const unsigned by2 = 8 * (o & 2);                                           // bits: 0 or 16
@@ -315,14 +321,7 @@ template <class WF, int KB, int PARTS, int PART, class Chunk, class Store>
 __device__ __forceinline__ void mma_unpack_q4_k_part(Chunk& chunk, Store& store) {
     using RP = RawPart<WF, KB, PARTS>;
     uint32_t u[RP::CHUNKS * 4];  // u[0]: d | dmin, u[1..3]: scales[0..11], u[4..]: the part's nibbles
-#pragma unroll
-    for (int c = 0; c < RP::CHUNKS; c++) {
-        const uint4 v = chunk(PART, c);
-        u[4 * c] = v.x;
-        u[4 * c + 1] = v.y;
-        u[4 * c + 2] = v.z;
-        u[4 * c + 3] = v.w;
-    }
+    load_part_words<RP::CHUNKS, PART>(chunk, u);
     const float d = scale_to_float((fp16_bits)(u[0] & 0xFFFFu)), dmin = scale_to_float((fp16_bits)(u[0] >> 16));
     auto sb = [&](int k) { return (u[1 + k / 4] >> (8 * (k % 4))) & 0xFFu; };  // scales[k]
     auto rounded = [](float x) { return WF::mmq_scales ? scale_to_float(fp32_to_fp16(x)) : x; };
@@ -350,14 +349,7 @@ __device__ __forceinline__ void mma_unpack_part(Chunk& chunk, Store& store) {
     } else {
         using RP = RawPart<WF, KB, PARTS>;
         uint32_t u[RP::CHUNKS * 4 + 1];
-#pragma unroll
-        for (int c = 0; c < RP::CHUNKS; c++) {
-            const uint4 v = chunk(PART, c);
-            u[4 * c] = v.x;
-            u[4 * c + 1] = v.y;
-            u[4 * c + 2] = v.z;
-            u[4 * c + 3] = v.w;
-        }
+        load_part_words<RP::CHUNKS, PART>(chunk, u);
         u[RP::CHUNKS * 4] = 0;
         constexpr int QS = (int)offsetof(typename WF::block, qs);  // the quants' first byte: 2, Q4_1 4
         auto half_at = [&](int off) {
