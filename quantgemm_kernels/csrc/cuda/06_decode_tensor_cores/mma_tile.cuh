@@ -229,41 +229,30 @@ __global__ void __launch_bounds__(THREADS, 1)
                 bf[j + 1][0] = r[2];
                 bf[j + 1][1] = r[3];
             }
+            // a per-row table of the block (wd_slot order): lane g's rows g and g + 8 of two 16-row
+            // tiles are one float4
+            auto load_rows = [&](const float* row, float (&out)[MT][2]) {
 #pragma unroll
-            for (int i = 0; i < MT; i += 2) {
-                const float4 v = *(const float4*)&cur.wd[b][wm + 16 * i + 4 * g];
-                dw[i][0] = v.x;
-                dw[i][1] = v.y;
-                dw[i + 1][0] = v.z;
-                dw[i + 1][1] = v.w;
-            }
+                for (int i = 0; i < MT; i += 2) {
+                    const float4 v = *(const float4*)&row[wm + 16 * i + 4 * g];
+                    out[i][0] = v.x;
+                    out[i][1] = v.y;
+                    out[i + 1][0] = v.z;
+                    out[i + 1][1] = v.w;
+                }
+            };
+            load_rows(cur.wd[b], dw);
 #pragma unroll
             for (int j = 0; j < NT; j++) da[j] = *(const float2*)&cur.ad[b][wn + 8 * j + 2 * t];
             float mw[MT][2];  // Q4_1: the min term's operands, loaded as dw and da are
             float2 sa[NT];
             if constexpr (has_min<WF>) {
-#pragma unroll
-                for (int i = 0; i < MT; i += 2) {
-                    const float4 v = *(const float4*)&cur.wmin[b][wm + 16 * i + 4 * g];
-                    mw[i][0] = v.x;
-                    mw[i][1] = v.y;
-                    mw[i + 1][0] = v.z;
-                    mw[i + 1][1] = v.w;
-                }
+                load_rows(cur.wmin[b], mw);
 #pragma unroll
                 for (int j = 0; j < NT; j++) sa[j] = *(const float2*)&cur.asum[b][wn + 8 * j + 2 * t];
             }
             float dw_hi[MT][2];  // Q6_K: the scales of the blocks' values 16..31
-            if constexpr (has_half_scales<WF>) {
-#pragma unroll
-                for (int i = 0; i < MT; i += 2) {
-                    const float4 v = *(const float4*)&cur.wd_hi[b][wm + 16 * i + 4 * g];
-                    dw_hi[i][0] = v.x;
-                    dw_hi[i][1] = v.y;
-                    dw_hi[i + 1][0] = v.z;
-                    dw_hi[i + 1][1] = v.w;
-                }
-            }
+            if constexpr (has_half_scales<WF>) load_rows(cur.wd_hi[b], dw_hi);
 #pragma unroll
             for (int i = 0; i < MT; i++)
 #pragma unroll
