@@ -395,23 +395,30 @@ def test_static_decode_step_matches_forward(tiny):
             assert int(dec.token) == int(steps[-1].argmax())  # greedy's next token, left on the device
         assert int(dec.pos) == len(PROMPT)
         torch.testing.assert_close(torch.cat(steps), full[5:], rtol=1e-5, atol=1e-5)
-    # attending over exactly the positions filled, as generate() does on the CPU: forward()'s bits
+    # attending over exactly the positions filled: forward()'s bits (the torch step, which CUDA
+    # runs; the CPU's fused step is tested against the reference below)
     cache = model.new_cache(len(PROMPT))
     model.forward(torch.tensor(PROMPT[:5]), cache)
     dec.prefill(torch.tensor(PROMPT[:5]))
-    for p, t in enumerate(PROMPT[5:], start=5):
-        dec.token.fill_(t)
-        assert torch.equal(dec.step(p + 1, graph=False), model.forward(torch.tensor([t]), cache))
+    model.fused_decode = False
+    try:
+        for p, t in enumerate(PROMPT[5:], start=5):
+            dec.token.fill_(t)
+            assert torch.equal(dec.step(p + 1, graph=False), model.forward(torch.tensor([t]), cache))
+    finally:
+        model.fused_decode = True
     with pytest.raises(ValueError, match="span"):
         dec.step(CTX + 1, graph=False)
     with pytest.raises(ValueError, match="CUDA"):
         dec.step(CTX, graph=True)
 
 
-def test_static_decode_step_reads_nothing_on_the_host(tiny, monkeypatch):
+@pytest.mark.parametrize("fused", [False, True], ids=["torch-step", "fused-step"])
+def test_static_decode_step_reads_nothing_on_the_host(tiny, monkeypatch, fused):
     """What a CUDA graph cannot hold: a tensor's value read from Python (bool(), int(), .item()...).
     Run on the CPU with those reads made errors, the step must not notice."""
     path, W, model = tiny
+    model.fused_decode = fused
     dec = model.static_decoder()
     dec.prefill(torch.tensor(PROMPT[:5]))
     dec.token.fill_(PROMPT[5])
@@ -419,16 +426,120 @@ def test_static_decode_step_reads_nothing_on_the_host(tiny, monkeypatch):
     def host_read(*a, **k):
         raise AssertionError("the decode step read a tensor's value on the host")
 
-    for name in ("item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__"):
-        monkeypatch.setattr(torch.Tensor, name, host_read)
-    dec.step(16, graph=False)
-    monkeypatch.undo()
+    try:
+        for name in ("item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__"):
+            monkeypatch.setattr(torch.Tensor, name, host_read)
+        dec.step(16, graph=False)
+        monkeypatch.undo()
+    finally:
+        model.fused_decode = True
     assert int(dec.pos) == 6
 
 
+def fused_steps(model, prompt, n_prefill=5):
+    """Logits of prompt[n_prefill:] fed one at a time through the static decoder's CPU step."""
+    dec = model.static_decoder()
+    dec.prefill(torch.tensor(prompt[:n_prefill]))
+    steps = []
+    for t in prompt[n_prefill:]:
+        dec.token.fill_(t)
+        steps.append(dec.step(int(dec.pos) + 1, graph=False).clone())
+    return torch.cat(steps)
+
+
+def test_fused_decode_layer_matches_reference_and_torch_step(tiny):
+    """The CPU's decode step through torch.ops.quantgemm.decode_layer (one call per layer; its own
+    RMSNorm, RoPE, attention and SwiGLU in C++, ggml's arithmetic) against the float64 reference at
+    forward()'s threshold, and against the torch step: the same kernels and bytes for the GEMMs, so
+    they differ only where a float32 rounding of the attention or a norm flips the rounding of a
+    quantized activation (a whole quantization step of one value: NMSE far below the activations'
+    quantization error, which NMSE_MAX bounds). A wrong rotation (the tables' row not taken at pos)
+    gave 3e-2 on the SmolLM2 file."""
+    path, W, model = tiny
+    assert model._decode_plans() is not None  # the tiny file runs through it
+    fused = fused_steps(model, PROMPT)
+    ref = reference_logits(W, PROMPT)[5:]
+    err = nmse(fused.numpy(), ref)
+    assert err < NMSE_MAX, f"NMSE {err:.2e} against the float64 reference"
+    model.fused_decode = False
+    try:
+        eager = fused_steps(model, PROMPT)
+    finally:
+        model.fused_decode = True
+    assert nmse(fused.numpy(), eager.numpy().astype(np.float64)) < NMSE_MAX / 10
+    assert torch.equal(fused.argmax(-1), eager.argmax(-1))
+    # Q, K, V (and gate, up) as separate weights: the same GEMM rows, the same bits
+    # one thread or several: the same bits (each output row and head is computed by one thread)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert torch.equal(fused_steps(model, PROMPT), fused)
+    finally:
+        torch.set_num_threads(threads)
+    separate = load_gguf(path, fuse=False)
+    assert [p[3:] for p in separate._decode_plans()] == [(3, 2)] * N_LAYERS
+    assert torch.equal(fused_steps(separate, PROMPT), fused)
+
+
+def test_decode_layer_rejects_bad_input(tiny):
+    """torch.ops.quantgemm.decode_layer checks what it is given before it touches memory."""
+    path, W, model = tiny
+    c = model.config
+    dec = model.static_decoder()
+    ws, names, modes, n_qkv, n_gu = model._decode_plans()[0]
+    L = model.layers[0]
+    op = api._ops().decode_layer
+
+    def call(**kw):
+        a = dict(
+            x=torch.zeros(1, c.dim),
+            attn_norm=L.attn_norm,
+            ffn_norm=L.ffn_norm,
+            weights=ws,
+            kernels=names,
+            sum_modes=modes,
+            n_qkv=n_qkv,
+            n_gate_up=n_gu,
+            k_cache=dec.cache.k[0],
+            v_cache=dec.cache.v[0],
+            cos=dec.cos,
+            sin=dec.sin,
+            pos=torch.tensor([3]),
+            n_heads=c.n_heads,
+            eps=c.rms_eps,
+        )
+        a.update(kw)
+        return op(*a.values())
+
+    call()  # the arguments as the model gives them
+    cases = [
+        (dict(pos=torch.tensor([CTX])), "pos"),
+        (dict(pos=torch.tensor([-1])), "pos"),
+        (dict(pos=torch.tensor([1.0])), "int64"),
+        (dict(x=torch.zeros(2, c.dim)), "one token"),
+        (dict(x=torch.zeros(1, c.dim, dtype=torch.float64)), "float32"),
+        (dict(kernels=["no_such_kernel"] + names[1:]), "no CPU kernel"),
+        (dict(kernels=names[:-1]), "expected 4"),
+        (dict(n_qkv=2), "n_qkv"),
+        (dict(n_heads=c.n_heads + 1), "n_heads|rows"),
+        (dict(weights=[ws[1]] + ws[1:]), "Q/K/V"),
+        (dict(weights=ws[:3] + [ws[0]]), "not whole blocks"),
+        (dict(weights=ws[:3] + [ws[2]], kernels=names[:3] + [names[2]]), "gate/up|down"),
+        (dict(kernels=["cpu_f32_f32_blocked"] + names[1:]), "quantized"),
+        (dict(attn_norm=L.attn_norm[:-1]), "attn_norm"),
+        (dict(cos=dec.cos[:, :-1]), "one shape"),
+        (dict(cos=dec.cos[:4], sin=dec.sin[:4]), "RoPE tables"),
+        (dict(k_cache=dec.cache.k[0][:1]), "one shape"),
+        (dict(sum_modes=[7] * len(modes)), "sum mode"),
+    ]
+    for kw, match in cases:
+        with pytest.raises(RuntimeError, match=match):
+            call(**kw)
+
+
 def test_generate_decodes_through_the_static_decoder(tiny):
-    """generate() on the CPU runs the graph's decode step eagerly, over exactly the positions filled:
-    the same logits, bit for bit, as forward() step by step (which generate uses while profiling)."""
+    """generate() on the CPU runs the static decoder's step (through decode_layer): the same tokens
+    as forward() step by step (which generate uses while profiling)."""
     path, W, model = tiny
     for kw in ({}, {"greedy": False, "seed": 5, "top_k": 20}):
         ours = model.generate(torch.tensor(PROMPT[:4]), 8, stop_at_eos=False, **kw)

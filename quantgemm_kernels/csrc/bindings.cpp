@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "check.h"
+#include "decode_layer.h"
 #include "gemm.h"
 #include "parallel.h"
 
@@ -185,13 +186,159 @@ at::Tensor gemm_cpu(const at::Tensor& A, const at::Tensor& W, c10::string_view k
     at::Tensor C = at::empty({N, M}, A.options().dtype(at::kFloat));
     if (N == 0 || M == 0) return C;
     GemmProblem p{A.data_ptr(), W.data_ptr(), C.data_ptr<float>(), (int)N, (int)M, (int)K};
-    // Split the output features across threads; each chunk is a whole number of 8 columns, and at
-    // least 2^17 multiply-adds: waking a thread costs microseconds, as much as a small layer's whole
-    // product (a 576 x 576 layer at N = 1 is 2 chunks, a 32 x 32 one runs on the calling thread).
-    const int64_t min_rows = ((1 << 17) / std::max<int64_t>(N * K, 1) + 7) / 8 * 8;
-    const int64_t grain = std::max({int64_t(8), (M / (8 * at::get_num_threads())) / 8 * 8, min_rows});
+    // Split the output features across threads (decode_layer.h's cpu_gemm_grain: chunks of whole
+    // multiples of 8 columns and at least 2^17 multiply-adds; a 32 x 32 product runs on the calling thread).
+    const int64_t grain = cpu_gemm_grain(N, M, K, at::get_num_threads());
     qg_parallel_for(0, M, grain, [&](int64_t m0, int64_t m1) { k->fn(p, (int)m0, (int)m1); });
     return C;
+}
+
+// ---------------------------------------------------------------- one Llama layer, one token
+// decode_layer (decode_layer.h): x [1, dim] updated in place; the KV cache gets this token's keys
+// and values at pos. weights/kernels/sum_modes: the Q/K/V parts (n_qkv: 1 fused or 3), the output
+// projection, the gate/up parts (n_gate_up: 1 or 2), the down projection. cos/sin [>= capacity,
+// n_rot/2]: the RoPE tables, whose row pos is taken. pos: int64 [1], a tensor (a CUDA graph's step
+// keeps it on the device).
+void check_float_vector(const at::Tensor& t, const char* what, int64_t n) {
+    QG_CHECK(t.scalar_type() == at::kFloat && t.is_contiguous() && t.numel() == n, what,
+             " must be a contiguous float32 tensor of ", n, " values");
+}
+
+// Checks everything but the kernels' names and the value of pos, and fills the layer (its
+// pointers, sizes and parts) except DecodeLinear::fn and ::afmt. `formats[i]`: kernel i's formats.
+DecodeLayer check_decode_layer(const at::Tensor& x, const at::Tensor& attn_norm, const at::Tensor& ffn_norm,
+                               const std::vector<at::Tensor>& weights, const std::vector<KernelFormats>& formats,
+                               const std::vector<int64_t>& sum_modes, int64_t n_qkv, int64_t n_gate_up,
+                               const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Tensor& cos,
+                               const at::Tensor& sin, const at::Tensor& pos, int64_t n_heads, double eps,
+                               std::vector<DecodeLinear>& parts) {
+    QG_CHECK(x.scalar_type() == at::kFloat && x.dim() == 2 && x.size(0) == 1 && x.size(1) > 0 && x.is_contiguous(),
+             "x must be contiguous float32 [1, dim] (one token)");
+    QG_CHECK(n_qkv == 1 || n_qkv == 3, "n_qkv must be 1 (fused Q/K/V) or 3, got ", n_qkv);
+    QG_CHECK(n_gate_up == 1 || n_gate_up == 2, "n_gate_up must be 1 (fused) or 2, got ", n_gate_up);
+    const size_t n = (size_t)(n_qkv + n_gate_up + 2);
+    QG_CHECK(weights.size() == n && formats.size() == n && sum_modes.size() == n, "expected ", n,
+             " weights, kernels and sum modes (", n_qkv, " Q/K/V, output, ", n_gate_up, " gate/up, down), got ",
+             weights.size(), ", ", formats.size(), ", ", sum_modes.size());
+    QG_CHECK(k_cache.scalar_type() == at::kFloat && k_cache.dim() == 3 && k_cache.is_contiguous() &&
+                 v_cache.sizes() == k_cache.sizes() && v_cache.scalar_type() == at::kFloat && v_cache.is_contiguous(),
+             "k_cache and v_cache must be contiguous float32 [n_kv_heads, capacity, head_dim] of one shape");
+    DecodeLayer L{};
+    L.dim = x.size(1);
+    L.n_heads = n_heads;
+    L.n_kv_heads = k_cache.size(0);
+    L.capacity = k_cache.size(1);
+    L.head_dim = k_cache.size(2);
+    const int64_t H = L.n_heads, Hkv = L.n_kv_heads, D = L.head_dim;
+    QG_CHECK(Hkv > 0 && L.capacity > 0 && D > 0 && H > 0 && H % Hkv == 0, "n_heads (", H,
+             ") must be a positive multiple of the cache's n_kv_heads (", Hkv, ")");
+    QG_CHECK(cos.scalar_type() == at::kFloat && cos.dim() == 2 && cos.is_contiguous() && sin.sizes() == cos.sizes() &&
+                 sin.scalar_type() == at::kFloat && sin.is_contiguous(),
+             "cos and sin must be contiguous float32 [positions, n_rot/2] of one shape");
+    L.n_rot = 2 * cos.size(1);
+    QG_CHECK(L.n_rot > 0 && L.n_rot <= D, "n_rot (", L.n_rot, ") must be 2 to head_dim (", D, ")");
+    QG_CHECK(cos.size(0) >= L.capacity, "the RoPE tables hold ", cos.size(0), " positions, the cache ", L.capacity);
+    QG_CHECK(pos.scalar_type() == at::kLong && pos.numel() == 1, "pos must be one int64 (a tensor of shape [1])");
+    check_float_vector(attn_norm, "attn_norm", L.dim);
+    check_float_vector(ffn_norm, "ffn_norm", L.dim);
+    QG_CHECK(eps > 0, "eps must be positive, got ", eps);
+    L.eps = (float)eps;
+    const at::Tensor* all[] = {&attn_norm, &ffn_norm, &k_cache, &v_cache, &cos, &sin, &pos};
+    for (const at::Tensor* t : all)
+        QG_CHECK(t->device() == x.device(), "every tensor must be on x's device (", x.device(), "), one is on ",
+                 t->device());
+
+    // the linear layers: K of each from its bytes and its kernel's weight format
+    parts.assign(n, DecodeLinear{});
+    for (size_t i = 0; i < n; i++) {
+        const at::Tensor& W = weights[i];
+        QG_CHECK(W.device() == x.device(), "weight ", i, " is on ", W.device(), ", x on ", x.device());
+        QG_CHECK(formats[i].a != QG_F32 && formats[i].a != QG_F32_AS_Q8_1 && formats[i].w != QG_F32, "kernel ", i,
+                 ": decode_layer takes kernels of quantized weights and activations");
+        QG_CHECK(W.scalar_type() == at::kByte && W.dim() == 2 && W.size(0) > 0 && W.is_contiguous(), "weight ", i,
+                 " must be contiguous uint8 blocks [M, bytes per row]");
+        const FormatInfo* fi = format_info(formats[i].w);
+        QG_CHECK(fi != nullptr && W.size(1) > 0 && W.size(1) % fi->block_bytes == 0, "weight ", i,
+                 ": rows are not whole blocks of its kernel's format");
+        QG_CHECK(sum_modes[i] == Q8_1_S_D_SUM_Q || sum_modes[i] == Q8_1_S_SUM_X, "bad q8_1 sum mode ", sum_modes[i]);
+        parts[i].W = W.data_ptr();
+        parts[i].M = W.size(0);
+        parts[i].K = W.size(1) / fi->block_bytes * fi->block_values;
+        parts[i].afmt = formats[i].a;
+        parts[i].sum_mode = (int)sum_modes[i];
+        QG_CHECK(parts[i].M <= INT32_MAX && parts[i].K <= INT32_MAX, "weight ", i, ": sizes must fit in int32");
+    }
+    // their shapes against the layer's
+    L.qkv = parts.data();
+    L.n_qkv = (int)n_qkv;
+    L.o = parts[n_qkv];
+    L.gate_up = parts.data() + n_qkv + 1;
+    L.n_gate_up = (int)n_gate_up;
+    L.down = parts[n - 1];
+    L.ffn_dim = L.down.K;
+    const int64_t want_qkv[3] = {H * D, Hkv * D, Hkv * D};
+    int64_t rows = 0;
+    for (int i = 0; i < L.n_qkv; i++) {
+        QG_CHECK(L.qkv[i].K == L.dim, "Q/K/V weight ", i, ": K is ", L.qkv[i].K, ", dim is ", L.dim);
+        if (n_qkv == 3)
+            QG_CHECK(L.qkv[i].M == want_qkv[i], "Q/K/V weight ", i, ": ", L.qkv[i].M, " rows, the heads need ",
+                     want_qkv[i]);
+        rows += L.qkv[i].M;
+    }
+    QG_CHECK(rows == (H + 2 * Hkv) * D, "Q/K/V: ", rows, " rows, (n_heads + 2 n_kv_heads) x head_dim is ",
+             (H + 2 * Hkv) * D);
+    QG_CHECK(L.o.K == H * D && L.o.M == L.dim, "output projection: [", L.o.M, ", ", L.o.K, "], the layer needs [",
+             L.dim, ", ", H * D, "]");
+    rows = 0;
+    for (int i = 0; i < L.n_gate_up; i++) {
+        QG_CHECK(L.gate_up[i].K == L.dim, "gate/up weight ", i, ": K is ", L.gate_up[i].K, ", dim is ", L.dim);
+        if (n_gate_up == 2)
+            QG_CHECK(L.gate_up[i].M == L.ffn_dim, "gate/up weight ", i, ": ", L.gate_up[i].M, " rows, ffn_dim is ",
+                     L.ffn_dim);
+        rows += L.gate_up[i].M;
+    }
+    QG_CHECK(rows == 2 * L.ffn_dim, "gate/up: ", rows, " rows, 2 x ffn_dim (down's K) is ", 2 * L.ffn_dim);
+    QG_CHECK(L.down.M == L.dim, "down projection: ", L.down.M, " rows, dim is ", L.dim);
+    L.attn_norm = attn_norm.data_ptr<float>();
+    L.ffn_norm = ffn_norm.data_ptr<float>();
+    L.k_cache = k_cache.data_ptr<float>();
+    L.v_cache = v_cache.data_ptr<float>();
+    L.cos = cos.data_ptr<float>();
+    L.sin = sin.data_ptr<float>();
+    return L;
+}
+
+void decode_layer_cpu_op(const at::Tensor& x, const at::Tensor& attn_norm, const at::Tensor& ffn_norm,
+                         at::TensorList weights, std::vector<std::string> kernels, at::IntArrayRef sum_modes,
+                         int64_t n_qkv, int64_t n_gate_up, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                         const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& pos, int64_t n_heads,
+                         double eps) {
+    std::vector<KernelFormats> formats;
+    std::vector<CpuGemmFn> fns;
+    for (const auto& name : kernels) {
+        const CpuKernel* k = nullptr;
+        for (const auto& c : CPU_KERNELS)
+            if (name == c.name) k = &c;
+        QG_CHECK(k != nullptr, "no CPU kernel named '", name, "'");
+        formats.push_back(k->formats);
+        fns.push_back(k->fn);
+    }
+    std::vector<DecodeLinear> parts;
+    DecodeLayer L = check_decode_layer(x, attn_norm, ffn_norm, weights.vec(), formats, sum_modes.vec(), n_qkv,
+                                       n_gate_up, k_cache, v_cache, cos, sin, pos, n_heads, eps, parts);
+    QG_CHECK(x.device().is_cpu(), "decode_layer's CPU implementation got a tensor on ", x.device());
+    for (size_t i = 0; i < parts.size(); i++) parts[i].fn = fns[i];
+    L.o.fn = parts[n_qkv].fn;
+    L.down.fn = parts.back().fn;
+    L.pos = pos.item<int64_t>();
+    QG_CHECK(L.pos >= 0 && L.pos < L.capacity, "pos (", L.pos, ") must be 0 to the cache's capacity - 1 (",
+             L.capacity - 1, ")");
+    L.cos += L.pos * (L.n_rot / 2);  // this position's row of the tables
+    L.sin += L.pos * (L.n_rot / 2);
+    const DecodeParallelFor pfor = [](int64_t b, int64_t e, int64_t g, const std::function<void(int64_t, int64_t)>& f) {
+        qg_parallel_for(b, e, g, f);
+    };
+    decode_layer_cpu(L, x.data_ptr<float>(), pfor, at::get_num_threads());
 }
 
 #ifdef WITH_CUDA
@@ -350,6 +497,10 @@ TORCH_LIBRARY(quantgemm, m) {
     m.def("quantize(Tensor x, str fmt, int q8_1_sum_mode) -> Tensor");
     m.def("dequantize(Tensor q, str fmt) -> Tensor");
     m.def("gemm(Tensor A, Tensor W, str kernel, int q8_1_sum_mode=0) -> Tensor");
+    m.def(
+        "decode_layer(Tensor(a!) x, Tensor attn_norm, Tensor ffn_norm, Tensor[] weights, str[] kernels, "
+        "int[] sum_modes, int n_qkv, int n_gate_up, Tensor(b!) k_cache, Tensor(c!) v_cache, Tensor cos, "
+        "Tensor sin, Tensor pos, int n_heads, float eps) -> ()");
     m.def("kernel_names() -> str[]", &kernel_names);
     m.def("sum_x_kernel_names() -> str[]", &sum_x_kernel_names);
     m.def("format_table() -> str[]", &format_table);
@@ -363,6 +514,7 @@ TORCH_LIBRARY_IMPL(quantgemm, CPU, m) {
     m.impl("quantize", &quantize_cpu);
     m.impl("dequantize", &dequantize_cpu);
     m.impl("gemm", &gemm_cpu);
+    m.impl("decode_layer", &decode_layer_cpu_op);
 }
 
 #ifdef WITH_CUDA

@@ -266,6 +266,7 @@ class StaticDecoder:
             self.pos = torch.zeros(1, dtype=torch.int64, device=dev)
             self.kpos = torch.arange(self.capacity, device=dev)
             self.cis = model._rope_angles(0, self.capacity).clone()  # the whole table, at a fixed address
+            self.cos, self.sin = self.cis.real.contiguous(), self.cis.imag.contiguous()  # decode_layer's
         self._graphs: dict[int, tuple] = {}  # span -> (CUDAGraph, its logits tensor)
 
     def span_for(self, positions: int) -> int:
@@ -445,6 +446,9 @@ class LlamaModel:
         self._direct = self.device.type == "cpu"
         self._kernels: dict = {}  # (format, N, rows) -> pick_kernel's choice, or False: use linear()
         self._decoder: StaticDecoder | None = None  # static_decoder()'s
+        #: decode steps of one token through torch.ops.quantgemm.decode_layer where it can (the CPU)
+        self.fused_decode = True
+        self._plans = None  # _decode_plans()'s
         self._profile: TimeBreakdown | None = None
         self.last_stats: GenerationStats | None = None
 
@@ -574,14 +578,87 @@ class LlamaModel:
             self._decoder = StaticDecoder(self, cap)
         return self._decoder
 
+    #: The linear layers of a layer in the order torch.ops.quantgemm.decode_layer takes them.
+    _DECODE_ORDER = (
+        (("attn_qkv",), ("attn_q", "attn_k", "attn_v")),
+        (("attn_output",),),
+        (("ffn_gate_up",), ("ffn_gate", "ffn_up")),
+        (("ffn_down",),),
+    )
+
+    def _decode_plans(self):
+        """Per layer, the arguments of ``torch.ops.quantgemm.decode_layer`` that do not change from
+        token to token (weights, kernels, Q8_1 sum modes, how many Q/K/V and gate/up parts), or None
+        where some layer cannot run through it: a float32 linear layer, or a kernel that takes
+        float32 activations. Made once; ``fused_decode = False`` turns the fused step off."""
+        if self._plans is None:
+            plans = []
+            for L in self.layers:
+                ws, counts = [], []
+                for alternatives in self._DECODE_ORDER:
+                    names = next((a for a in alternatives if all(n in L.linears for n in a)), None)
+                    if names is None:
+                        break
+                    ws += [L.linears[n] for n in names]
+                    counts.append(len(names))
+                kernels = []
+                for W in ws:
+                    if not isinstance(W, api.QTensor):
+                        break
+                    k = api.pick_kernel(self.device, W.fmt, 1, W.data.shape[0])
+                    if k.device != "cpu" or k.afmt == "f32":
+                        break
+                    kernels.append(k)
+                if len(counts) != 4 or len(kernels) != len(ws):
+                    plans = False
+                    break
+                plans.append(
+                    (
+                        [W.data for W in ws],
+                        [k.name for k in kernels],
+                        [api._SUM_MODE[k.q8_1_sum] for k in kernels],
+                        counts[0],
+                        counts[2],
+                    )
+                )
+            self._plans = plans
+        return self._plans or None
+
     def _static_step(self, dec: StaticDecoder, span: int) -> torch.Tensor:
         """:meth:`forward` of one token, ``dec.token`` at position ``dec.pos``, in operations whose
         shapes do not depend on the position: the position only indexes (RoPE's table, the cache's
-        write) and masks (attention over ``span`` positions). Logits ``[1, vocab]``."""
+        write) and masks (attention over ``span`` positions). Logits ``[1, vocab]``.
+
+        On the CPU (``fused_decode``) each layer is one call of ``torch.ops.quantgemm.decode_layer``
+        (csrc/cpu/07_model/decode_layer.cpp), which attends over positions ``0 .. pos`` whatever the
+        span: the same kernels and bytes for the linear layers, the rest in C++ with ggml's
+        arithmetic, without a few hundred operator calls per token."""
         c = self.config
         H, Hkv, D = c.n_heads, c.n_kv_heads, c.head_dim
         pos = dec.pos
         x = self.embed(dec.token)
+        plans = self._decode_plans() if self.fused_decode and self.device.type == "cpu" else None
+        if plans is not None:
+            decode_layer = api._ops().decode_layer
+            for i, (L, (ws, names, modes, n_qkv, n_gu)) in enumerate(zip(self.layers, plans)):
+                decode_layer(
+                    x,
+                    L.attn_norm,
+                    L.ffn_norm,
+                    ws,
+                    names,
+                    modes,
+                    n_qkv,
+                    n_gu,
+                    dec.cache.k[i],
+                    dec.cache.v[i],
+                    dec.cos,
+                    dec.sin,
+                    pos,
+                    H,
+                    c.rms_eps,
+                )
+            return self._matmul(rms_norm(x, self.output_norm, c.rms_eps), self.output)
         cis = dec.cis.index_select(0, pos)
         # Positions after pos get -inf before the softmax, so exactly 0 after it; the cache holds
         # finite values there (zeros, or an earlier sequence's), so they add nothing to p @ v.
