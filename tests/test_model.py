@@ -436,6 +436,14 @@ def test_static_decode_step_reads_nothing_on_the_host(tiny, monkeypatch, fused):
     assert int(dec.pos) == 6
 
 
+def assert_same_top1_where_clear(a, b, ref):
+    """Where the reference's best token leads its second by 5% of the logits' spread, a and b pick it."""
+    top2 = np.sort(ref, axis=-1)[:, -2:]
+    clear = (top2[:, 1] - top2[:, 0]) > 0.05 * ref.std()
+    best = ref.argmax(-1)
+    assert (a.argmax(-1).numpy() == best)[clear].all() and (b.argmax(-1).numpy() == best)[clear].all()
+
+
 def fused_steps(model, prompt, n_prefill=5):
     """Logits of prompt[n_prefill:] fed one at a time through the static decoder's CPU step."""
     dec = model.static_decoder()
@@ -450,11 +458,12 @@ def fused_steps(model, prompt, n_prefill=5):
 def test_fused_decode_layer_matches_reference_and_torch_step(tiny):
     """The CPU's decode step through torch.ops.quantgemm.decode_layer (one call per layer; its own
     RMSNorm, RoPE, attention and SwiGLU in C++, ggml's arithmetic) against the float64 reference at
-    forward()'s threshold, and against the torch step: the same kernels and bytes for the GEMMs, so
-    they differ only where a float32 rounding of the attention or a norm flips the rounding of a
-    quantized activation (a whole quantization step of one value: NMSE far below the activations'
-    quantization error, which NMSE_MAX bounds). A wrong rotation (the tables' row not taken at pos)
-    gave 3e-2 on the SmolLM2 file."""
+    forward()'s threshold, and against the torch step at the same threshold: the same kernels and
+    bytes for the GEMMs, so they differ only where a float32 rounding of the attention or a norm
+    flips the rounding of a quantized activation. Such flips are rare, but one moves a value by a
+    whole quantization step, and its effect on the logits is of the size of the quantization noise
+    itself (the SmolLM2 file: bit-equal steps, then 3e-5 to 1e-4 after a flip), so no tighter bound
+    holds in general. A wrong rotation (the tables' row not taken at pos) gave 3e-2 there."""
     path, W, model = tiny
     assert model._decode_plans() is not None  # the tiny file runs through it
     fused = fused_steps(model, PROMPT)
@@ -466,8 +475,8 @@ def test_fused_decode_layer_matches_reference_and_torch_step(tiny):
         eager = fused_steps(model, PROMPT)
     finally:
         model.fused_decode = True
-    assert nmse(fused.numpy(), eager.numpy().astype(np.float64)) < NMSE_MAX / 10
-    assert torch.equal(fused.argmax(-1), eager.argmax(-1))
+    assert nmse(fused.numpy(), eager.numpy().astype(np.float64)) < NMSE_MAX
+    assert_same_top1_where_clear(fused, eager, ref)
     # Q, K, V (and gate, up) as separate weights: the same GEMM rows, the same bits
     # one thread or several: the same bits (each output row and head is computed by one thread)
     threads = torch.get_num_threads()
@@ -575,6 +584,74 @@ def test_cuda_graph_decode_matches_eager_steps(tmp_path, with_q4_1):
     ids = torch.tensor(PROMPT[:4], device="cuda")
     eager = model.generate(ids, 8, stop_at_eos=False, cuda_graph=False)
     assert model.generate(ids, 8, stop_at_eos=False).tolist() == eager.tolist()  # graphs by default
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
+@pytest.mark.parametrize("with_q4_1", [False, True], ids=["q4_0+q8_0", "q4_1"])
+def test_cuda_fused_decode_layer(tmp_path, with_q4_1):
+    """decode_layer's CUDA implementation (csrc/cuda/07_model/decode_layer.cu around the decode
+    kernels): against the float64 reference, the torch step and the CPU's decode_layer at forward()'s
+    threshold (see the CPU test for why no tighter bound holds between two quantized paths; on the
+    H100 the torch step and this one differed by 1.1e-4); captured in a CUDA graph, the same as
+    eager. A position outside the cache cannot raise inside a graph: it gives NaN logits, never a
+    write out of bounds."""
+    path = tmp_path / "tiny.gguf"
+    q4_1 = {f"blk.{i}.{n}.weight": QT.Q4_1 for i in range(N_LAYERS) for n in ("attn_q", "attn_k", "ffn_up", "ffn_down")}
+    W = write_tiny_gguf(path, override_types=q4_1 if with_q4_1 else None)
+    model = load_gguf(path, device="cuda")
+    assert model._decode_plans() is not None
+    fused = fused_steps(model, PROMPT).cpu()
+    ref = reference_logits(W, PROMPT)[5:]
+    err = nmse(fused.numpy(), ref)
+    assert err < NMSE_MAX, f"NMSE {err:.2e} against the float64 reference"
+    model.fused_decode = False
+    torch_step = fused_steps(model, PROMPT).cpu()
+    model.fused_decode = True
+    cpu = fused_steps(load_gguf(path), PROMPT)
+    for other in (torch_step, cpu):
+        assert nmse(fused.numpy(), other.numpy().astype(np.float64)) < NMSE_MAX
+        assert_same_top1_where_clear(fused, other, ref)
+    # the graph replays the same kernels: the same numbers as the eager fused step
+    dec = model.static_decoder()
+    dec.prefill(torch.tensor(PROMPT[:5], device="cuda"))
+    steps = []
+    for t in PROMPT[5:]:
+        dec.token.fill_(t)
+        steps.append(dec.step(CTX, graph=True).clone())
+    torch.testing.assert_close(torch.cat(steps).cpu(), fused, rtol=1e-6, atol=1e-6)
+    before = dec.cache.k.clone()
+    dec.pos.fill_(CTX)  # one past the cache
+    assert torch.isnan(dec.step(CTX, graph=False)).all()
+    assert torch.equal(dec.cache.k, before)
+    # bad arguments raise before any launch
+    ws, names, modes, n_qkv, n_gu = model._decode_plans()[0]
+    L, c, op = model.layers[0], model.config, api._ops().decode_layer
+    args = [
+        torch.zeros(1, c.dim, device="cuda"),
+        L.attn_norm,
+        L.ffn_norm,
+        ws,
+        names,
+        modes,
+        n_qkv,
+        n_gu,
+        dec.cache.k[0],
+        dec.cache.v[0],
+        dec.cos,
+        dec.sin,
+        dec.pos,
+        c.n_heads,
+        c.rms_eps,
+    ]
+    for i, value, match in (
+        (4, ["cpu_q4_0_q8_1_stationary"] + names[1:], "no CUDA kernel"),
+        (8, dec.cache.k[0].cpu(), "device"),
+        (12, torch.tensor([1]), "device"),
+    ):
+        bad = list(args)
+        bad[i] = value
+        with pytest.raises(RuntimeError, match=match):
+            op(*bad)
 
 
 def test_time_breakdown(tiny):

@@ -211,7 +211,7 @@ DecodeLayer check_decode_layer(const at::Tensor& x, const at::Tensor& attn_norm,
                                const std::vector<int64_t>& sum_modes, int64_t n_qkv, int64_t n_gate_up,
                                const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Tensor& cos,
                                const at::Tensor& sin, const at::Tensor& pos, int64_t n_heads, double eps,
-                               std::vector<DecodeLinear>& parts) {
+                               bool float_activations, std::vector<DecodeLinear>& parts) {
     QG_CHECK(x.scalar_type() == at::kFloat && x.dim() == 2 && x.size(0) == 1 && x.size(1) > 0 && x.is_contiguous(),
              "x must be contiguous float32 [1, dim] (one token)");
     QG_CHECK(n_qkv == 1 || n_qkv == 3, "n_qkv must be 1 (fused Q/K/V) or 3, got ", n_qkv);
@@ -253,8 +253,13 @@ DecodeLayer check_decode_layer(const at::Tensor& x, const at::Tensor& attn_norm,
     for (size_t i = 0; i < n; i++) {
         const at::Tensor& W = weights[i];
         QG_CHECK(W.device() == x.device(), "weight ", i, " is on ", W.device(), ", x on ", x.device());
-        QG_CHECK(formats[i].a != QG_F32 && formats[i].a != QG_F32_AS_Q8_1 && formats[i].w != QG_F32, "kernel ", i,
-                 ": decode_layer takes kernels of quantized weights and activations");
+        // the CPU: kernels of quantized activations (quantized here first); CUDA: kernels that
+        // take float32 activations and quantize them themselves
+        QG_CHECK(
+            formats[i].w != QG_F32 && (float_activations ? formats[i].a == QG_F32_AS_Q8_1
+                                                         : formats[i].a != QG_F32 && formats[i].a != QG_F32_AS_Q8_1),
+            "kernel ", i, ": decode_layer takes kernels of quantized weights and ",
+            float_activations ? "float32 activations they quantize themselves (fused_quant)" : "quantized activations");
         QG_CHECK(W.scalar_type() == at::kByte && W.dim() == 2 && W.size(0) > 0 && W.is_contiguous(), "weight ", i,
                  " must be contiguous uint8 blocks [M, bytes per row]");
         const FormatInfo* fi = format_info(formats[i].w);
@@ -325,7 +330,7 @@ void decode_layer_cpu_op(const at::Tensor& x, const at::Tensor& attn_norm, const
     }
     std::vector<DecodeLinear> parts;
     DecodeLayer L = check_decode_layer(x, attn_norm, ffn_norm, weights.vec(), formats, sum_modes.vec(), n_qkv,
-                                       n_gate_up, k_cache, v_cache, cos, sin, pos, n_heads, eps, parts);
+                                       n_gate_up, k_cache, v_cache, cos, sin, pos, n_heads, eps, false, parts);
     QG_CHECK(x.device().is_cpu(), "decode_layer's CPU implementation got a tensor on ", x.device());
     for (size_t i = 0; i < parts.size(); i++) parts[i].fn = fns[i];
     L.o.fn = parts[n_qkv].fn;
@@ -439,6 +444,68 @@ at::Tensor gemm_cuda(const at::Tensor& A, const at::Tensor& W, c10::string_view 
     check_launch();
     return C;
 }
+
+// decode_layer on the GPU: the kernels of cuda/07_model/decode_layer.cu around the GEMMs, which are
+// the fused-quant kernels gemm_cuda runs (the same problem, workspace and sum mode). pos stays on
+// the device: nothing here waits for the GPU, so a CUDA graph can capture the call.
+void decode_layer_cuda_op(const at::Tensor& x, const at::Tensor& attn_norm, const at::Tensor& ffn_norm,
+                          at::TensorList weights, std::vector<std::string> kernels, at::IntArrayRef sum_modes,
+                          int64_t n_qkv, int64_t n_gate_up, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                          const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& pos, int64_t n_heads,
+                          double eps) {
+    std::vector<KernelFormats> formats;
+    std::vector<const CudaKernel*> ks;
+    for (const auto& name : kernels) {
+        const CudaKernel* k = nullptr;
+        for (const auto& c : CUDA_KERNELS)
+            if (name == c.name) k = &c;
+        QG_CHECK(k != nullptr, "no CUDA kernel named '", name, "'");
+        formats.push_back(k->formats);
+        ks.push_back(k);
+    }
+    std::vector<DecodeLinear> parts;
+    const DecodeLayer L = check_decode_layer(x, attn_norm, ffn_norm, weights.vec(), formats, sum_modes.vec(), n_qkv,
+                                             n_gate_up, k_cache, v_cache, cos, sin, pos, n_heads, eps, true, parts);
+    QG_CHECK(x.is_cuda(), "decode_layer's CUDA implementation got a tensor on ", x.device());
+    QG_CHECK(L.head_dim <= cuda_decode_max_head_dim(), "head_dim ", L.head_dim, " is more than the attention kernel's ",
+             cuda_decode_max_head_dim());
+    for (size_t i = 0; i < parts.size(); i++) {
+        QG_CHECK(sum_modes[i] == Q8_1_S_D_SUM_Q || ks[i]->sum_x, "kernel '", kernels[i], "' has no choice of Q8_1's s");
+        check_aligned(weights[i], "a weight");
+    }
+    const c10::cuda::CUDAGuard guard(x.device());
+    cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+    // Scratch, each piece on a 64-float boundary (the GEMMs load A in 16-byte vectors)
+    auto up64 = [](int64_t n) { return (n + 63) / 64 * 64; };
+    const int64_t H = L.n_heads, Hkv = L.n_kv_heads, D = L.head_dim;
+    const int64_t o_h = 0, o_qkv = o_h + up64(L.dim), o_att = o_qkv + up64((H + 2 * Hkv) * D);
+    const int64_t o_out = o_att + up64(H * D), o_gu = o_out + up64(L.dim), total = o_gu + up64(2 * L.ffn_dim);
+    at::Tensor scratch = at::empty({total}, x.options());
+    float* base = scratch.data_ptr<float>();
+    float *h = base + o_h, *qkv = base + o_qkv, *att = base + o_att, *out = base + o_out, *gu = base + o_gu;
+    size_t ws_bytes = 0;
+    for (const auto& p : parts) ws_bytes = std::max(ws_bytes, act_workspace_bytes(1, p.K));
+    at::Tensor workspace = at::empty({(int64_t)ws_bytes}, x.options().dtype(at::kByte));
+    auto gemv = [&](size_t i, const float* a, float* c) {
+        GemmProblem p{a, parts[i].W, c, 1, (int)parts[i].M, (int)parts[i].K};
+        p.workspace = workspace.data_ptr();
+        p.q8_1_sum_mode = parts[i].sum_mode;
+        ks[i]->fn(p, stream);
+    };
+    float* xp = x.data_ptr<float>();
+    cuda_decode_add_rms_norm(xp, nullptr, L.attn_norm, h, (int)L.dim, L.eps, stream);
+    size_t i = 0;
+    for (int64_t off = 0; i < (size_t)n_qkv; off += parts[i].M, i++) gemv(i, h, qkv + off);
+    cuda_decode_attention(qkv, L.k_cache, L.v_cache, L.cos, L.sin, pos.data_ptr<int64_t>(), att, (int)H, (int)Hkv,
+                          (int)D, (int)L.n_rot, L.capacity, stream);
+    gemv(i++, att, out);
+    cuda_decode_add_rms_norm(xp, out, L.ffn_norm, h, (int)L.dim, L.eps, stream);
+    for (int64_t off = 0; i < parts.size() - 1; off += parts[i].M, i++) gemv(i, h, gu + off);
+    cuda_decode_silu_mul(gu, (int)L.ffn_dim, stream);
+    gemv(i, gu, out);
+    cuda_decode_add(xp, out, (int)L.dim, stream);
+    check_launch();
+}
 #endif
 
 // The split-K step's number of splits (gemm.h) for a shape on a GPU of `sms` SMs: chapter 6 prints
@@ -522,5 +589,6 @@ TORCH_LIBRARY_IMPL(quantgemm, CUDA, m) {
     m.impl("quantize", &quantize_cuda);
     m.impl("dequantize", &dequantize_cuda);
     m.impl("gemm", &gemm_cuda);
+    m.impl("decode_layer", &decode_layer_cuda_op);
 }
 #endif

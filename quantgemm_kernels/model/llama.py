@@ -446,7 +446,7 @@ class LlamaModel:
         self._direct = self.device.type == "cpu"
         self._kernels: dict = {}  # (format, N, rows) -> pick_kernel's choice, or False: use linear()
         self._decoder: StaticDecoder | None = None  # static_decoder()'s
-        #: decode steps of one token through torch.ops.quantgemm.decode_layer where it can (the CPU)
+        #: decode steps of one token through torch.ops.quantgemm.decode_layer where every layer can
         self.fused_decode = True
         self._plans = None  # _decode_plans()'s
         self._profile: TimeBreakdown | None = None
@@ -590,7 +590,8 @@ class LlamaModel:
         """Per layer, the arguments of ``torch.ops.quantgemm.decode_layer`` that do not change from
         token to token (weights, kernels, Q8_1 sum modes, how many Q/K/V and gate/up parts), or None
         where some layer cannot run through it: a float32 linear layer, or a kernel that takes
-        float32 activations. Made once; ``fused_decode = False`` turns the fused step off."""
+        float32 activations on the CPU, one that does not quantize them itself on CUDA. Made once;
+        ``fused_decode = False`` turns the fused step off."""
         if self._plans is None:
             plans = []
             for L in self.layers:
@@ -606,7 +607,9 @@ class LlamaModel:
                     if not isinstance(W, api.QTensor):
                         break
                     k = api.pick_kernel(self.device, W.fmt, 1, W.data.shape[0])
-                    if k.device != "cpu" or k.afmt == "f32":
+                    # the CPU quantizes the activations before the kernel; on CUDA the kernel does
+                    ok = k.afmt != "f32" if self.device.type == "cpu" else k.fused_quant
+                    if k.device != self.device.type or not ok:
                         break
                     kernels.append(k)
                 if len(counts) != 4 or len(kernels) != len(ws):
@@ -629,15 +632,16 @@ class LlamaModel:
         shapes do not depend on the position: the position only indexes (RoPE's table, the cache's
         write) and masks (attention over ``span`` positions). Logits ``[1, vocab]``.
 
-        On the CPU (``fused_decode``) each layer is one call of ``torch.ops.quantgemm.decode_layer``
-        (csrc/cpu/07_model/decode_layer.cpp), which attends over positions ``0 .. pos`` whatever the
-        span: the same kernels and bytes for the linear layers, the rest in C++ with ggml's
-        arithmetic, without a few hundred operator calls per token."""
+        With ``fused_decode`` each layer is one call of ``torch.ops.quantgemm.decode_layer``, which
+        attends over positions ``0 .. pos`` whatever the span: the same kernels and bytes for the
+        linear layers as ``linear``, the rest in C++ (csrc/cpu/07_model/decode_layer.cpp: ggml's
+        arithmetic, without a few hundred torch operator calls per token) or in the CUDA kernels of
+        csrc/cuda/07_model/decode_layer.cu (about ten launches per layer instead of twenty)."""
         c = self.config
         H, Hkv, D = c.n_heads, c.n_kv_heads, c.head_dim
         pos = dec.pos
         x = self.embed(dec.token)
-        plans = self._decode_plans() if self.fused_decode and self.device.type == "cpu" else None
+        plans = self._decode_plans() if self.fused_decode else None
         if plans is not None:
             decode_layer = api._ops().decode_layer
             for i, (L, (ws, names, modes, n_qkv, n_gu)) in enumerate(zip(self.layers, plans)):

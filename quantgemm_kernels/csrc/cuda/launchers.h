@@ -18,3 +18,14 @@
 #undef QG_FORMAT_CPU_ONLY
 #undef QG_FORMAT
 void cuda_dequantize(const void* x, int fmt, float* y, int64_t rows, int64_t K, cudaStream_t stream);
+
+// cuda/07_model/decode_layer.cu: the kernels around the GEMMs of decode_layer's CUDA implementation
+// (one Llama layer for one token; bindings.cpp launches them in order).
+void cuda_decode_add_rms_norm(float* x, const float* delta, const float* w, float* y, int dim, float eps,
+                              cudaStream_t stream);
+void cuda_decode_add(float* x, const float* y, int n, cudaStream_t stream);
+void cuda_decode_silu_mul(float* gu, int ffn, cudaStream_t stream);
+void cuda_decode_attention(const float* qkv, float* k_cache, float* v_cache, const float* cos, const float* sin,
+                           const int64_t* pos, float* out, int n_heads, int n_kv_heads, int head_dim, int n_rot,
+                           int64_t capacity, cudaStream_t stream);
+int cuda_decode_max_head_dim();
