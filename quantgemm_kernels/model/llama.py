@@ -446,8 +446,7 @@ class LlamaModel:
         self._direct = self.device.type == "cpu"
         self._kernels: dict = {}  # (format, N, rows) -> pick_kernel's choice, or False: use linear()
         self._decoder: StaticDecoder | None = None  # static_decoder()'s
-        #: decode steps of one token through torch.ops.quantgemm.decode_layer where every layer can
-        self.fused_decode = True
+        self._fused_decode = True  # see fused_decode
         self._plans = None  # _decode_plans()'s
         self._profile: TimeBreakdown | None = None
         self.last_stats: GenerationStats | None = None
@@ -577,6 +576,20 @@ class LlamaModel:
             self._decoder = None  # its cache and graphs go before the new ones are allocated
             self._decoder = StaticDecoder(self, cap)
         return self._decoder
+
+    @property
+    def fused_decode(self) -> bool:
+        """Whether decode steps of one token run each layer as one ``torch.ops.quantgemm.decode_layer``
+        call (default True; where some layer cannot, the torch step runs anyway). False: the torch
+        operations of :meth:`forward`, one by one. Changing it drops the CUDA graphs captured so far."""
+        return self._fused_decode
+
+    @fused_decode.setter
+    def fused_decode(self, value: bool) -> None:
+        value = bool(value)
+        if value != self._fused_decode and self._decoder is not None:
+            self._decoder._graphs.clear()  # they replay the other path
+        self._fused_decode = value
 
     #: The linear layers of a layer in the order torch.ops.quantgemm.decode_layer takes them.
     _DECODE_ORDER = (

@@ -80,6 +80,7 @@ void rms_norm_row_cpu(const float* x, const float* w, float* y, int64_t dim, flo
     for (int64_t i = 0; i < dim; i++) y[i] = (x[i] * scale) * w[i];
 }
 
+// [excerpt: decode_layer]
 void decode_layer_cpu(const DecodeLayer& L, float* x, const DecodeParallelFor& pfor, int threads) {
     const int64_t H = L.n_heads, Hkv = L.n_kv_heads, D = L.head_dim, S = L.pos + 1;
     const int64_t q_dim = H * D, kv_dim = Hkv * D;
@@ -145,3 +146,4 @@ void decode_layer_cpu(const DecodeLayer& L, float* x, const DecodeParallelFor& p
     linear(L.down, g, out.data(), qbuf, pfor, threads);
     for (int64_t i = 0; i < L.dim; i++) x[i] += out[i];
 }
+// [end excerpt: decode_layer]
