@@ -3,9 +3,10 @@
 Three extensions, each built and cached on its own by :func:`build_extension` (a name, a torch
 library namespace, its C++ and CUDA sources) and loaded the first time it is used:
 
-* the **core** (:func:`load_extension`): ``bindings.cpp`` and every ``.cpp`` under ``cpu/`` and ``.cu``
-  under ``cuda/``, the chapters' step folders included (``cuda/04_w4a8/3_dp4a.cu``); quantize,
-  dequantize and gemm under ``torch.ops.quantgemm``. ``api.py`` is its caller.
+* the **core** (:func:`load_extension`): ``bindings.cpp``, every ``.cpp`` under ``cpu/`` and ``.cu``
+  under ``cuda/``, the chapters' step folders included (``cuda/04_w4a8/3_dp4a.cu``), and ``model/``
+  (chapter 7's decode layer, C++ and CUDA); quantize, dequantize, gemm and decode_layer under
+  ``torch.ops.quantgemm``. ``api.py`` is its caller.
 * **appendix B** (:func:`load_appendix_b`): ``appendix_b/``, the misaligned-load demonstration under
   ``torch.ops.quantgemm_appendix_b``. CUDA only: without a CUDA build it raises instead of compiling.
 * **appendix C** (:func:`load_appendix_c`): ``appendix_c/``, ``conv1d_silu_int8`` under
@@ -71,7 +72,7 @@ class Extension(NamedTuple):
     title: str = "kernels"  #: for the status line and errors
 
 
-CORE = Extension("core", "quantgemm", ("bindings.cpp", "cpu/**/*.cpp"), ("cuda/**/*.cu",))
+CORE = Extension("core", "quantgemm", ("bindings.cpp", "cpu/**/*.cpp", "model/*.cpp"), ("cuda/**/*.cu", "model/*.cu"))
 APPENDIX_B = Extension(
     "appendix_b",
     "quantgemm_appendix_b",

@@ -346,6 +346,13 @@ class QTensor:
 #: the SIMD step for Q4_0, Q4_1 and Q8_0 at N = 1, 8 and 512 with both builds (Q4_0 VNNI: 1.21
 #: against 1.82 ms at N = 1, 227 against 909 at N = 512; Q4_1: 1.87 against 2.59, 309 against 957).
 CPU_STATIONARY = ("q4_0", "q8_0", "q4_1")
+#: N up to which the CPU takes chapter 7's one-token kernel (cpu_<w>_q8_1_gemv: the stationary step's
+#: bits without its transposes, the next rows prefetched) where its SIMD path compiled (x86 with
+#: AVX2; elsewhere the stationary step). On the course's 2-core CI machine (Xeon, AVX-512 VNNI),
+#: SmolLM2's shapes with 128 MB of rotated copies, us: output 49152 x 576 Q8_0 1487 against 2446
+#: (N = 1), 1799 against 2823 (N = 2); ffn_gate_up 3072 x 576 Q4_1 90 against 118 (N = 1), 114
+#: against 131 (N = 2), 181 against 154 (N = 4): ahead to N = 2 on all five shapes, behind at 4 on four.
+CPU_GEMV_MAX_N = 2
 DECODE_MAX_N_FEW_TILES = 8  # N up to which the decode kernel runs when M/128 < SMs/2
 DECODE_MAX_N = 5  # otherwise
 DECODE_MAX_N_NARROW = 4  # on Hopper, for the formats with the narrow wgmma step
@@ -365,7 +372,9 @@ def pick_kernel(device, wfmt: str, N: int, M: int | None = None) -> Kernel:
     if wfmt == "f32":
         return KERNELS[f"{device.type}_f32_f32_{'blocked' if device.type == 'cpu' else 'tiled'}"]
     _check_fmt(wfmt)
-    if device.type == "cpu":  # the stationary step where it is faster, the SIMD step, else the last step
+    if device.type == "cpu":  # one token's kernel, the stationary step where faster, the SIMD step, else the last
+        if N <= CPU_GEMV_MAX_N and f"cpu_{wfmt}_q8_1_gemv" in KERNELS and _cpu_gemv_simd():
+            return KERNELS[f"cpu_{wfmt}_q8_1_gemv"]
         if wfmt in CPU_STATIONARY and f"cpu_{wfmt}_q8_1_stationary" in KERNELS:
             return KERNELS[f"cpu_{wfmt}_q8_1_stationary"]
         return _cpu_kernel(wfmt)
@@ -373,6 +382,12 @@ def pick_kernel(device, wfmt: str, N: int, M: int | None = None) -> Kernel:
         raise ValueError(f"no {device.type} kernel reads {wfmt} weights yet")
     cc, sms = _gpu_info(device)
     return pick_cuda_kernel(wfmt, N, M, cc, sms)
+
+
+@functools.lru_cache(maxsize=None)
+def _cpu_gemv_simd() -> bool:
+    """Whether this build's one-token CPU kernel has its SIMD path (x86 with AVX2, FMA, F16C)."""
+    return bool(_ops().cpu_gemv_simd())
 
 
 @functools.lru_cache(maxsize=None)

@@ -198,6 +198,34 @@ _CPU = [
         "weights stay in cache, the rows' mins in one vector",
         file="04_w4a8/4_stationary.cpp",
     ),
+    # chapter 7: one token (a decode step): the stationary step's arithmetic without its transposes
+    Kernel(
+        "cpu_q4_0_q8_1_gemv",
+        "cpu",
+        "q4_0",
+        "q8_1",
+        7,
+        "one token: each row's block against the token's, rows summed into lanes",
+        file="07_model/1_gemv.cpp",
+    ),
+    Kernel(
+        "cpu_q8_0_q8_1_gemv",
+        "cpu",
+        "q8_0",
+        "q8_1",
+        7,
+        "one token: each row's block against the token's, rows summed into lanes",
+        file="07_model/1_gemv.cpp",
+    ),
+    Kernel(
+        "cpu_q4_1_q8_1_gemv",
+        "cpu",
+        "q4_1",
+        "q8_1",
+        7,
+        "one token: each row's block against the token's, rows summed into lanes",
+        file="07_model/1_gemv.cpp",
+    ),
     # chapter 8: K-quant weights (super-blocks of 256) times Q8_K activations, ggml's CPU pairing
     Kernel(
         "cpu_q4_k_q8_k_naive",

@@ -589,7 +589,7 @@ def test_cuda_graph_decode_matches_eager_steps(tmp_path, with_q4_1):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
 @pytest.mark.parametrize("with_q4_1", [False, True], ids=["q4_0+q8_0", "q4_1"])
 def test_cuda_fused_decode_layer(tmp_path, with_q4_1):
-    """decode_layer's CUDA implementation (csrc/cuda/07_model/decode_layer.cu around the decode
+    """decode_layer's CUDA implementation (csrc/model/decode_layer.cu around the decode
     kernels): against the float64 reference, the torch step and the CPU's decode_layer at forward()'s
     threshold (see the CPU test for why no tighter bound holds between two quantized paths; on the
     H100 the torch step and this one differed by 1.1e-4); captured in a CUDA graph, the same as

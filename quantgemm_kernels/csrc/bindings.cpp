@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "check.h"
-#include "decode_layer.h"
+#include "model/decode_layer.h"
 #include "gemm.h"
 #include "parallel.h"
 
@@ -27,6 +27,7 @@
 #include "cpu/kernels.def"
 #undef QG_CPU_KERNEL
 const char* simd_path_04_w4a8();
+bool cpu_gemv_simd();
 
 #ifdef WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -445,7 +446,7 @@ at::Tensor gemm_cuda(const at::Tensor& A, const at::Tensor& W, c10::string_view 
     return C;
 }
 
-// decode_layer on the GPU: the kernels of cuda/07_model/decode_layer.cu around the GEMMs, which are
+// decode_layer on the GPU: the kernels of model/decode_layer.cu around the GEMMs, which are
 // the fused-quant kernels gemm_cuda runs (the same problem, workspace and sum mode). pos stays on
 // the device: nothing here waits for the GPU, so a CUDA graph can capture the call.
 void decode_layer_cuda_op(const at::Tensor& x, const at::Tensor& attn_norm, const at::Tensor& ffn_norm,
@@ -573,6 +574,7 @@ TORCH_LIBRARY(quantgemm, m) {
     m.def("format_table() -> str[]", &format_table);
     m.def("parallel_mode() -> str", &parallel_mode);
     m.def("cpu_simd_path() -> str", &cpu_simd_path);
+    m.def("cpu_gemv_simd() -> bool", &cpu_gemv_simd);
     m.def("parallel_threads_used(int range, int grain) -> int", &parallel_threads_used);
     m.def("wgmma_splits(int N, int M, int K, int sms) -> int", &wgmma_splits_op);
 }

@@ -647,9 +647,9 @@ class LlamaModel:
 
         With ``fused_decode`` each layer is one call of ``torch.ops.quantgemm.decode_layer``, which
         attends over positions ``0 .. pos`` whatever the span: the same kernels and bytes for the
-        linear layers as ``linear``, the rest in C++ (csrc/cpu/07_model/decode_layer.cpp: ggml's
+        linear layers as ``linear``, the rest in C++ (csrc/model/decode_layer.cpp: ggml's
         arithmetic, without a few hundred torch operator calls per token) or in the CUDA kernels of
-        csrc/cuda/07_model/decode_layer.cu (about ten launches per layer instead of twenty)."""
+        csrc/model/decode_layer.cu (about ten launches per layer instead of twenty)."""
         c = self.config
         H, Hkv, D = c.n_heads, c.n_kv_heads, c.head_dim
         pos = dec.pos

@@ -19,7 +19,7 @@
 #undef QG_FORMAT
 void cuda_dequantize(const void* x, int fmt, float* y, int64_t rows, int64_t K, cudaStream_t stream);
 
-// cuda/07_model/decode_layer.cu: the kernels around the GEMMs of decode_layer's CUDA implementation
+// model/decode_layer.cu: the kernels around the GEMMs of decode_layer's CUDA implementation
 // (one Llama layer for one token; bindings.cpp launches them in order).
 void cuda_decode_add_rms_norm(float* x, const float* delta, const float* w, float* y, int dim, float eps,
                               cudaStream_t stream);

@@ -1,4 +1,4 @@
-// cuda/07_model/decode_layer.cu (chapter 7): the kernels around the GEMMs of one Llama layer for
+// model/decode_layer.cu (chapter 7): the kernels around the GEMMs of one Llama layer for
 // one token, on the GPU. decode_layer.h has the layer's arithmetic; the binding (decode_layer's
 // CUDA implementation in bindings.cpp) launches, per layer:
 //
@@ -26,7 +26,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "../launchers.h"
+#include "../cuda/launchers.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// cpu/07_model/decode_layer.cpp (chapter 7): one Llama layer for one token, in one call.
+// model/decode_layer.cpp (chapter 7): one Llama layer for one token, in one call.
 // The arithmetic is in decode_layer.h's header comment; what this file decides:
 //
 //  * The GEMMs: the activation row quantized by the kernel's own quantizer (quantize.cpp), then
@@ -15,7 +15,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "../../decode_layer.h"
+#include "decode_layer.h"
 
 namespace {
 
@@ -27,7 +27,7 @@ const void* quantize_row(QgFormat f, const float* x, int64_t K, int mode, std::v
         buf.resize((size_t)(K / qk) * sizeof(block));            \
         quantize_rows_##name(x, (block*)buf.data(), 1, K, mode); \
         return buf.data();
-#include "../../formats.def"
+#include "../formats.def"
 #undef QG_FORMAT
         default: throw std::runtime_error("decode_layer: an activation format without a CPU quantizer");
     }

@@ -22,7 +22,7 @@
 #include <cstdint>
 #include <functional>
 
-#include "gemm.h"
+#include "../gemm.h"
 
 // One linear layer: weights in their format's blocks [M, K], the CPU kernel that reads them, the
 // activation format that kernel takes and the Q8_1 sum mode its quantizer uses (api.pick_kernel's
