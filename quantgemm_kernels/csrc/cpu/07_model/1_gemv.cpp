@@ -108,16 +108,17 @@ void rows8(const GemmProblem& p, int nb, int m0, int n0) {
     const block_q8_1* A = (const block_q8_1*)p.A + (int64_t)n0 * nb;
     __m256 acc[T], comp[T];
     for (int t = 0; t < T; t++) acc[t] = comp[t] = _mm256_setzero_ps();
-    // the next 8 rows' bytes, a share per block step, into the cache ahead of their turn
-    const char* next = (const char*)(W + (int64_t)8 * nb);
-    const char* end = (const char*)((const B*)p.W + (int64_t)p.M * nb);
-    const int64_t ahead = ((int64_t)8 * nb * (int64_t)sizeof(B) + 63) / 64, per_step = (ahead + nb - 1) / nb;
+    // the next 8 rows' bytes (those that exist), a share per block step, into the cache ahead of their turn
+    const int64_t row_bytes = (int64_t)nb * (int64_t)sizeof(B), next_row = (int64_t)m0 + 8;
+    const int64_t rows_next = next_row + 8 <= p.M ? 8 : (next_row < p.M ? p.M - next_row : 0);
+    const char* next = (const char*)p.W + next_row * row_bytes * (rows_next > 0);
+    const int64_t ahead = (rows_next * row_bytes + 63) / 64, per_step = (ahead + nb - 1) / nb;
     // [excerpt: gemv_rows8]
     for (int b = 0; b < nb; b++) {
         for (int64_t l = b * per_step; l < (b + 1) * per_step && l < ahead; l++)
-            if (next + 64 * l < end) _mm_prefetch(next + 64 * l, _MM_HINT_T0);
+            _mm_prefetch(next + 64 * l, _MM_HINT_T0);
         __m256i w[8];
-        fp16_bits d[8], m[8];
+        fp16_bits d[8], m[8] = {};
         for (int j = 0; j < 8; j++) {
             const B& blk = W[(int64_t)j * nb + b];
             w[j] = quants<WF>(blk);
