@@ -173,11 +173,17 @@ const CpuKernel CPU_KERNELS[] = {
 #undef QG_CPU_KERNEL
 };
 
+// The entry of a kernel table (CPU_KERNELS, CUDA_KERNELS) with this name, or nullptr.
+template <class K, size_t N>
+const K* find_kernel(const K (&table)[N], const std::string& name) {
+    for (const auto& k : table)
+        if (name == k.name) return &k;
+    return nullptr;
+}
+
 at::Tensor gemm_cpu(const at::Tensor& A, const at::Tensor& W, c10::string_view kernel_sv, int64_t sum_mode) {
     const std::string kernel(kernel_sv);
-    const CpuKernel* k = nullptr;
-    for (const auto& c : CPU_KERNELS)
-        if (kernel == c.name) k = &c;
+    const CpuKernel* k = find_kernel(CPU_KERNELS, kernel);
     QG_CHECK(k != nullptr, "no CPU kernel named '", kernel, "'");
     QG_CHECK(sum_mode == Q8_1_S_D_SUM_Q, "kernel '", kernel,
              "' reads A as given: choose Q8_1's s when "
@@ -322,9 +328,7 @@ void decode_layer_cpu_op(const at::Tensor& x, const at::Tensor& attn_norm, const
     std::vector<KernelFormats> formats;
     std::vector<CpuGemmFn> fns;
     for (const auto& name : kernels) {
-        const CpuKernel* k = nullptr;
-        for (const auto& c : CPU_KERNELS)
-            if (name == c.name) k = &c;
+        const CpuKernel* k = find_kernel(CPU_KERNELS, name);
         QG_CHECK(k != nullptr, "no CPU kernel named '", name, "'");
         formats.push_back(k->formats);
         fns.push_back(k->fn);
@@ -409,9 +413,7 @@ at::Tensor dequantize_cuda(const at::Tensor& q, c10::string_view fmt_sv) {
 
 at::Tensor gemm_cuda(const at::Tensor& A, const at::Tensor& W, c10::string_view kernel_sv, int64_t sum_mode) {
     const std::string kernel(kernel_sv);
-    const CudaKernel* k = nullptr;
-    for (const auto& c : CUDA_KERNELS)
-        if (kernel == c.name) k = &c;
+    const CudaKernel* k = find_kernel(CUDA_KERNELS, kernel);
     QG_CHECK(k != nullptr, "no CUDA kernel named '", kernel, "'");
     QG_CHECK(sum_mode == Q8_1_S_D_SUM_Q || sum_mode == Q8_1_S_SUM_X, "bad q8_1 sum mode ", sum_mode);
     QG_CHECK(sum_mode == Q8_1_S_D_SUM_Q || k->sum_x, "kernel '", kernel,
@@ -457,9 +459,7 @@ void decode_layer_cuda_op(const at::Tensor& x, const at::Tensor& attn_norm, cons
     std::vector<KernelFormats> formats;
     std::vector<const CudaKernel*> ks;
     for (const auto& name : kernels) {
-        const CudaKernel* k = nullptr;
-        for (const auto& c : CUDA_KERNELS)
-            if (name == c.name) k = &c;
+        const CudaKernel* k = find_kernel(CUDA_KERNELS, name);
         QG_CHECK(k != nullptr, "no CUDA kernel named '", name, "'");
         formats.push_back(k->formats);
         ks.push_back(k);
