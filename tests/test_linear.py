@@ -129,8 +129,13 @@ def test_linear_bad_input_gets_clear_errors():
 
 
 def test_pick_kernel_on_the_cpu():
-    assert qk.pick_kernel("cpu", "q4_0", 1).name == "cpu_q4_0_q8_1_stationary"
-    assert qk.pick_kernel("cpu", "q8_0", 1).name == "cpu_q8_0_q8_1_stationary"
+    # one token: chapter 7's one-token step where its SIMD path compiled (x86), else the stationary step
+    from quantgemm_kernels import api
+
+    one = "gemv" if api._cpu_gemv_simd() else "stationary"
+    assert qk.pick_kernel("cpu", "q4_0", 1).name == f"cpu_q4_0_q8_1_{one}"
+    assert qk.pick_kernel("cpu", "q8_0", 1).name == f"cpu_q8_0_q8_1_{one}"
+    assert qk.pick_kernel("cpu", "q4_0", 3).name == "cpu_q4_0_q8_1_stationary"
     assert qk.pick_kernel("cpu", "q8_0", 512).name == "cpu_q8_0_q8_1_stationary"
     assert qk.pick_kernel("cpu", "q4_1", 8).name == "cpu_q4_1_q8_1_stationary"
     assert qk.pick_kernel("cpu", "f32", 7).name == "cpu_f32_f32_blocked"
