@@ -654,6 +654,58 @@ def test_cuda_fused_decode_layer(tmp_path, with_q4_1):
             op(*bad)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
+@pytest.mark.parametrize("pos", [0, 1023, 1024, 2500])
+def test_cuda_decode_layer_long_cache(tmp_path, pos):
+    """The attention kernel's online softmax over chunks of 1024 positions (the tiny file's context is
+    64): one layer at position pos of a 3000-position cache of random keys and values, on the GPU
+    against the CPU's decode_layer on the same inputs. The two share the GEMM kernels' arithmetic
+    up to the activation quantizer's float rounding; a wrong rescaling between chunks changes the
+    output by far more than the 1e-4 NMSE allowed here (the layer's output, not yet quantized
+    again: compared is what the layer adds to x). The row written at pos must hold the same key and
+    value on both, and no other row may change."""
+    path = tmp_path / "tiny.gguf"
+    write_tiny_gguf(path)
+    cpu, gpu = load_gguf(path), load_gguf(path, device="cuda")
+    c, cap = cpu.config, 3000
+    g = torch.Generator().manual_seed(pos)
+    k = torch.randn(c.n_kv_heads, cap, c.head_dim, generator=g)
+    v = torch.randn(c.n_kv_heads, cap, c.head_dim, generator=g)
+    cos, sin = rope_tables(torch.arange(cap), c.n_rot, c.rope_base, c.rope_freq_scale)
+    x = torch.randn(1, c.dim, generator=g)
+    outs = []
+    for m in (cpu, gpu):
+        dev = m.device
+        ws, names, modes, n_qkv, n_gu = m._decode_plans()[0]
+        L = m.layers[0]
+        xx, kk, vv = x.to(dev), k.clone().to(dev), v.clone().to(dev)
+        api._ops().decode_layer(
+            xx,
+            L.attn_norm,
+            L.ffn_norm,
+            ws,
+            names,
+            modes,
+            n_qkv,
+            n_gu,
+            kk,
+            vv,
+            cos.to(dev),
+            sin.to(dev),
+            torch.tensor([pos], device=dev),
+            c.n_heads,
+            c.rms_eps,
+        )
+        outs.append((xx.cpu(), kk.cpu(), vv.cpu()))
+    (xc, kc, vc), (xg, kg, vg) = outs
+    assert nmse((xg - x).numpy(), (xc - x).numpy().astype(np.float64)) < 1e-4  # what the layer added
+    torch.testing.assert_close(kg[:, pos], kc[:, pos], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(vg[:, pos], vc[:, pos], rtol=1e-5, atol=1e-5)
+    others = torch.ones(cap, dtype=torch.bool)
+    others[pos] = False
+    assert torch.equal(kg[:, others], k[:, others]) and torch.equal(vg[:, others], v[:, others])
+
+
 def test_time_breakdown(tiny):
     path, W, model = tiny
     with model.profile() as tb:
