@@ -678,7 +678,7 @@ def test_cuda_decode_layer_long_cache(tmp_path, pos):
         dev = m.device
         ws, names, modes, n_qkv, n_gu = m._decode_plans()[0]
         L = m.layers[0]
-        xx, kk, vv = x.to(dev), k.clone().to(dev), v.clone().to(dev)
+        xx, kk, vv = x.clone().to(dev), k.clone().to(dev), v.clone().to(dev)
         api._ops().decode_layer(
             xx,
             L.attn_norm,
