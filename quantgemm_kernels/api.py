@@ -346,13 +346,17 @@ class QTensor:
 #: the SIMD step for Q4_0, Q4_1 and Q8_0 at N = 1, 8 and 512 with both builds (Q4_0 VNNI: 1.21
 #: against 1.82 ms at N = 1, 227 against 909 at N = 512; Q4_1: 1.87 against 2.59, 309 against 957).
 CPU_STATIONARY = ("q4_0", "q8_0", "q4_1")
-#: N up to which the CPU takes chapter 7's one-token kernel (cpu_<w>_q8_1_gemv: the stationary step's
-#: bits without its transposes, the next rows prefetched) where its SIMD path compiled (x86 with
-#: AVX2; elsewhere the stationary step). On the course's 2-core CI machine (Xeon, AVX-512 VNNI),
-#: SmolLM2's shapes with 128 MB of rotated copies, us: output 49152 x 576 Q8_0 1487 against 2446
-#: (N = 1), 1799 against 2823 (N = 2); ffn_gate_up 3072 x 576 Q4_1 90 against 118 (N = 1), 114
-#: against 131 (N = 2), 181 against 154 (N = 4): ahead to N = 2 on all five shapes, behind at 4 on four.
+#: Where the CPU takes chapter 7's one-token kernel (cpu_<w>_q8_1_gemv: the stationary step's bits
+#: without its transposes, the next rows prefetched), if its SIMD path compiled (x86 with AVX2;
+#: elsewhere the stationary step): N up to CPU_GEMV_MAX_N, and K up to CPU_GEMV_MAX_K[N]. From
+#: bench_results/intel-xeon-processor-2t/2026-11-27/results-042643.json (the 2-core CI machine,
+#: AVX-512 VNNI, weights cold: copies rotated past the last-level cache; gemv against stationary,
+#: median us): N = 1, K <= 4096 ahead in 11 of 12 cells (SmolLM2's Q8_0 output layer 49152 x 576
+#: 1724 against 2845; Q8_0 at 4096 x 4096 1045 against 1009 the exception); N = 1 at K = 8192 and
+#: 14336 mixed (Q4_1 4096 x 14336 2750 against 2124); N = 2 ahead at K = 576 (Q8_0 1870 against
+#: 2945), behind at K = 4096; N = 4 behind.
 CPU_GEMV_MAX_N = 2
+CPU_GEMV_MAX_K = {1: 4096, 2: 1536}
 DECODE_MAX_N_FEW_TILES = 8  # N up to which the decode kernel runs when M/128 < SMs/2
 DECODE_MAX_N = 5  # otherwise
 DECODE_MAX_N_NARROW = 4  # on Hopper, for the formats with the narrow wgmma step
@@ -366,14 +370,16 @@ DECODE_MAX_N_NARROW = 4  # on Hopper, for the formats with the narrow wgmma step
 DECODE_MAX_N_MMA = {"q4_1": 8, "q4_k": 16, "q6_k": 16}
 
 
-def pick_kernel(device, wfmt: str, N: int, M: int | None = None) -> Kernel:
-    """The registered kernel :func:`linear` uses for ``N`` tokens of ``wfmt`` weights on ``device``."""
+def pick_kernel(device, wfmt: str, N: int, M: int | None = None, K: int | None = None) -> Kernel:
+    """The registered kernel :func:`linear` uses for ``N`` tokens of ``wfmt`` weights on ``device``
+    (``M`` output rows and ``K`` the reduction, where the choice depends on them; None: not known)."""
     device = torch.device(device)
     if wfmt == "f32":
         return KERNELS[f"{device.type}_f32_f32_{'blocked' if device.type == 'cpu' else 'tiled'}"]
     _check_fmt(wfmt)
     if device.type == "cpu":  # one token's kernel, the stationary step where faster, the SIMD step, else the last
-        if N <= CPU_GEMV_MAX_N and f"cpu_{wfmt}_q8_1_gemv" in KERNELS and _cpu_gemv_simd():
+        short = K is None or K <= CPU_GEMV_MAX_K.get(N, 0)
+        if N <= CPU_GEMV_MAX_N and short and f"cpu_{wfmt}_q8_1_gemv" in KERNELS and _cpu_gemv_simd():
             return KERNELS[f"cpu_{wfmt}_q8_1_gemv"]
         if wfmt in CPU_STATIONARY and f"cpu_{wfmt}_q8_1_stationary" in KERNELS:
             return KERNELS[f"cpu_{wfmt}_q8_1_stationary"]
@@ -480,7 +486,7 @@ def linear(x: torch.Tensor, W, kernel: str | None = None) -> torch.Tensor:
         raise ValueError(f"x has K={x.shape[-1]} in its last dimension, W [M, K] has K={K}")
     lead = x.shape[:-1]
     A = x.reshape(-1, K).contiguous()
-    k = _kernel(kernel) if kernel is not None else pick_kernel(A.device, wfmt, A.shape[0], rows)
+    k = _kernel(kernel) if kernel is not None else pick_kernel(A.device, wfmt, A.shape[0], rows, A.shape[1])
     if k.wfmt != wfmt:
         raise ValueError(f"kernel {k.name!r} reads {k.wfmt} weights, W holds {wfmt}")
     if k.device == "cpu" and k.afmt != "f32" and A.device.type == "cpu" and W.device.type == "cpu":

@@ -196,9 +196,37 @@ def test_cache_option_is_checked_and_recorded():
     rows = bench.run_sweep(
         ["cpu_f32_f32_naive"], "16x1x32", reps=1, warmup=0, progress=False, baseline=False, cache="cold"
     )
-    assert rows[0]["cache"] == "n/a" and rows[0]["copies"] == 1, "the CPU has no cold regime here"
+    # 2 KB of weights: the most copies a CPU row takes (512, 1 MB) stay inside any last-level cache
+    r = rows[0]
+    assert r["copies"] == bench.sweep.MAX_CPU_COPIES and r["cache"] == "warm" and "stay inside" in r["reason"]
     json.dumps(rows)  # every field a plain value (a GPU run once stored the sweep's tensor cache here)
     assert "cache" in bench.COLUMNS and "copies" in bench.COLUMNS
+
+
+def test_cold_cache_on_the_cpu_rotates_past_the_last_level_cache(monkeypatch):
+    """With a (pretended) 256 KiB last-level cache, 64 KB of Q4_0 weights need 16 copies: ours and,
+    where ggml loads, llama.cpp's mul_mat each read the copies in turn, and the rows say so."""
+    from quantgemm_kernels.bench import machine
+
+    assert machine.cpu_last_level_cache_bytes() > 0
+    monkeypatch.setattr(machine, "cpu_last_level_cache_bytes", lambda default=0: 256 << 10)
+    rows = bench.run_sweep(
+        ["cpu_q4_0_q8_1_simd", "ggml_cpu_q4_0"],
+        "256x1x4096",
+        reps=2,
+        warmup=0,
+        progress=False,
+        baseline=False,
+        cache="cold",
+    )
+    wbytes = 256 * 4096 // 32 * 18
+    for r in rows:
+        if r["status"] != "ok":
+            assert r["kernel"].startswith("ggml"), r
+            continue
+        assert r["cache"] == "cold" and r["copies"] * wbytes >= 4 * (256 << 10), r
+    warm = bench.run_sweep(["cpu_q4_0_q8_1_simd"], "256x1x4096", reps=2, warmup=0, progress=False, baseline=False)
+    assert warm[0]["cache"] == "warm" and warm[0]["copies"] == 1
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
@@ -283,7 +311,7 @@ def test_row_round_trip(tmp_path):
 
 def test_cache_is_a_column_of_every_row_and_record(tmp_path):
     _, res = _run_main(tmp_path, "--kernels", "cpu_f32_f32_naive", "--cache", "cold")
-    assert res["rows"] and all(r["cache"] == "n/a" and r["copies"] == 1 for r in res["rows"])
+    assert res["rows"] and all(r["cache"] in ("cold", "warm") and r["copies"] > 1 for r in res["rows"])
     assert res["header"]["args"]["cache"] == "cold"
     header = next(line for line in next(tmp_path.glob("*.csv")).read_text().splitlines() if not line.startswith("#"))
     assert "cache" in header.split(",") and "copies" in header.split(",")

@@ -32,4 +32,10 @@ def test_pick_kernel_takes_it_for_one_or_two_tokens():
             want = f"cpu_{fmt}_q8_1_gemv" if simd else f"cpu_{fmt}_q8_1_stationary"
             assert api.pick_kernel("cpu", fmt, N).name == want
         assert api.pick_kernel("cpu", fmt, api.CPU_GEMV_MAX_N + 1).name == f"cpu_{fmt}_q8_1_stationary"
+        # long rows keep the stationary step (the record's K limits)
+        assert api.pick_kernel("cpu", fmt, 1, K=14336).name == f"cpu_{fmt}_q8_1_stationary"
+        assert api.pick_kernel("cpu", fmt, 2, K=4096).name == f"cpu_{fmt}_q8_1_stationary"
+        if simd:
+            assert api.pick_kernel("cpu", fmt, 1, K=4096).name == f"cpu_{fmt}_q8_1_gemv"
+            assert api.pick_kernel("cpu", fmt, 2, K=576).name == f"cpu_{fmt}_q8_1_gemv"
     assert all(KERNELS[f"cpu_{f}_q8_1_gemv"].chapter == 7 for f in ("q4_0", "q8_0", "q4_1"))

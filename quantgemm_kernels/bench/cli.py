@@ -73,7 +73,7 @@ def _parser() -> argparse.ArgumentParser:
         "--cache",
         choices=("warm", "cold"),
         default="warm",
-        help="CUDA kernels: warm (same weights every call) or cold (rotate over copies >= 4x L2)",
+        help="warm (same weights every call) or cold (rotate over copies >= 4x the L2 on a GPU, the last-level cache on a CPU)",
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="results folder (default bench_results/<machine-slug>/<date>)")

@@ -85,6 +85,20 @@ def physical_cores() -> int:
     return max(1, n)
 
 
+def cpu_last_level_cache_bytes(default: int = 32 << 20) -> int:
+    """The size of the largest (last-level) CPU cache this Linux reports in sysfs, shared or not; the
+    ``default`` (32 MiB) where it reports none. The CPU's cold regime rotates weight copies past it."""
+    sizes = []
+    for f in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        try:
+            text = f.read_text().strip().upper()
+            mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+            sizes.append(int(text.rstrip("KMG")) * mult)
+        except (OSError, ValueError):
+            continue
+    return max(sizes) if sizes else default
+
+
 #: Load per CPU of the host, beyond the timing's own threads, above which :func:`host_load` says busy.
 BUSY_LOAD_PER_CPU = 0.5
 

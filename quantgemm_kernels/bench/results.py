@@ -54,7 +54,9 @@ class Row:
         "events (CUDA events around Python calls), cuda-graph (replay of captured calls), perf_counter (CPU), ggml", ""
     )
     cache: str | None = _col(
-        "CUDA: warm (the same weights every call) or cold (rotation over copies >= 4x the L2); n/a on a CPU", None
+        "warm (the same weights every call) or cold (rotation over copies >= 4x the L2 on a GPU, the "
+        "last-level cache on a CPU); n/a in CPU records before the CPU had a cold regime",
+        None,
     )
     copies: int = _col("weight copies rotated over (1: warm)", 1)
     tflops: float | None = _col("2*M*N*K / median time / 1e12", None)

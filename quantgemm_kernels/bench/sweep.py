@@ -27,6 +27,8 @@ layers are read. The ``cache`` and ``copies`` columns say which.
 from __future__ import annotations
 
 import itertools
+import time
+import statistics
 
 import torch
 
@@ -160,6 +162,10 @@ def _k_step(k: Entry) -> int:
     return max(F.SPECS[f].block_size if f in F.SPECS else F.QK for f in (k.wfmt, k.afmt))
 
 
+#: Most weight copies a CPU row rotates over in the cold regime (see run_sweep).
+MAX_CPU_COPIES = 512
+
+
 def _row_base(k: Entry, M: int, N: int, K: int, include_activation_quant: bool) -> Row:
     ggml = k.side == "llama.cpp"
     return Row(
@@ -175,20 +181,33 @@ def _row_base(k: Entry, M: int, N: int, K: int, include_activation_quant: bool) 
         bytes=bytes_moved(k, M, N, K) if K % _k_step(k) == 0 else None,
         act_quant_timed=k.afmt != "f32" and (include_activation_quant or ggml),
         batch=1,  # calls per timed sample (1: call by call; >1: test-backend-ops style)
-        cache="warm" if k.device == "cuda" else "n/a",
+        cache="warm",
         copies=1,
         timing="ggml" if ggml else "",
     )  # ours: events, cuda-graph or perf_counter, once timed
 
 
-def _time_ggml(k: Kernel, A, W, M, N, K, warmup, reps):
+def _time_ggml(k: Kernel, A, W, M, N, K, warmup, reps, copies: int = 1):
+    """ggml's mul_mat as test-backend-ops times it; with ``copies`` > 1 (the CPU's cold regime), one
+    graph of ``copies`` mul_mats, each on its own copy of the weights, per compute."""
     from .. import llamacpp
 
     backend = "cuda" if k.device == "cuda" else "cpu"
-    s = llamacpp.time_ggml_mul_mat(
-        W, A, k.wfmt, backend=backend, warmup=max(1, warmup), computes=max(1, reps), repack=k.name.endswith("_repack")
-    )
-    return Timing(s, s, max(1, reps))
+    repack = k.name.endswith("_repack")
+    if copies <= 1:
+        s = llamacpp.time_ggml_mul_mat(
+            W, A, k.wfmt, backend=backend, warmup=max(1, warmup), computes=max(1, reps), repack=repack
+        )
+        return Timing(s, s, max(1, reps))
+    times = []
+    with llamacpp.MulMatRunner([W.copy() for _ in range(copies)], A, k.wfmt, backend, repack=repack) as run:
+        for _ in range(max(1, warmup)):
+            run.compute()
+        for _ in range(max(1, reps)):
+            t0 = time.perf_counter()
+            run.compute()
+            times.append((time.perf_counter() - t0) / run.n_mul_mats)
+    return Timing(statistics.median(times), min(times), len(times))
 
 
 def _entries(kernels, ggml: bool, baseline: bool) -> list[Entry]:
@@ -305,11 +324,29 @@ def run_sweep(
                 if wkey not in inputs:
                     inputs[wkey] = api.quantize(inputs[fkey], k.wfmt)
                 A, Wk = inputs[akey], inputs[wkey]
+                cpu_copies, cpu_cold = 1, False
+                if cache == "cold" and k.device == "cpu":
+                    # the CPU's cold regime: copies past the last-level cache, as a model's layers are
+                    # read once per token (a CUDA row's copies fill 4x the L2, below). At most
+                    # MAX_CPU_COPIES: weights too small to fill the cache that way are timed over
+                    # those copies and the row says warm, with the reason.
+                    from ..measure import copies_for
+                    from .machine import cpu_last_level_cache_bytes
+
+                    llc, wbytes = cpu_last_level_cache_bytes(), Wk.numel() * Wk.element_size()
+                    cpu_copies = min(copies_for(wbytes, llc), MAX_CPU_COPIES)
+                    cpu_cold = cpu_copies * wbytes >= llc
+                    if not cpu_cold:
+                        row.reason = (
+                            f"{cpu_copies} copies of {wbytes} B stay inside the {llc >> 20} MiB last-level cache: warm"
+                        )
                 if k.side == "llama.cpp":
                     from ..llamacpp import perf_repeats
 
                     row.batch = perf_repeats(M, N, K, "cuda" if k.device == "cuda" else "cpu")
-                    t = _time_ggml(k, A.cpu().numpy(), Wk.cpu().numpy(), M, N, K, warmup, reps)
+                    if cpu_copies > 1:
+                        row.batch, row.copies, row.cache = cpu_copies, cpu_copies, "cold" if cpu_cold else "warm"
+                    t = _time_ggml(k, A.cpu().numpy(), Wk.cpu().numpy(), M, N, K, warmup, reps, cpu_copies)
                 else:
                     est = _estimate_s(k, A, Wk, M, N, K, include_activation_quant, max_seconds)
                     row.est_ms = None if est is None else est * 1e3
@@ -325,20 +362,24 @@ def run_sweep(
                         row.batch = perf_repeats(M, N, K, "cuda" if k.device == "cuda" else "cpu")
                     fn = operator_call(k, A, Wk, include_activation_quant)
                     use_graph = graph and k.device == "cuda" and (k.afmt == "f32" or k.fused_quant)
-                    if cache == "cold" and k.device == "cuda":
+                    if cache == "cold":
                         # every call reads the next copy: a copy comes back only after the others
-                        # have passed through the L2
+                        # have passed through the L2 (GPU) or the last-level cache (CPU)
                         from ..measure import copies_for
 
-                        l2 = torch.cuda.get_device_properties(A.device).L2_cache_size
-                        ws = [Wk] + [Wk.clone() for _ in range(copies_for(Wk.numel() * Wk.element_size(), l2) - 1)]
+                        if k.device == "cuda":
+                            l2 = torch.cuda.get_device_properties(A.device).L2_cache_size
+                            n_copies = copies_for(Wk.numel() * Wk.element_size(), l2)
+                        else:
+                            n_copies = cpu_copies
+                        ws = [Wk] + [Wk.clone() for _ in range(n_copies - 1)]
                         calls = [operator_call(k, A, w, include_activation_quant) for w in ws]
                         turn = itertools.cycle(calls)
                         fn = lambda: next(turn)()  # noqa: E731 - the next copy on every call
                         row.copies = len(ws)
                         if use_graph:  # a replayed graph repeats its captured calls: capture whole rotations
                             row.batch = len(ws) * -(-row.batch // len(ws))
-                    row.cache = cache if k.device == "cuda" else "n/a"
+                    row.cache = cache if k.device == "cuda" or cpu_cold or cache == "warm" else "warm"
                     per_sample = (est or 0.0) * row.batch
                     n = reps if est is None else min(reps, max(3, int(_REP_BUDGET_S / max(per_sample, 1e-9))))
                     row.timing = "cuda-graph" if use_graph else "events" if k.device == "cuda" else "perf_counter"

@@ -511,10 +511,10 @@ class LlamaModel:
         """
         if self._direct and isinstance(W, api.QTensor) and x.device.type == "cpu":
             N = x.shape[0]
-            key = (W.fmt, N, W.data.shape[0])
+            key = (W.fmt, N, W.data.shape[0], x.shape[1])
             k = self._kernels.get(key)
             if k is None:
-                k = api.pick_kernel(x.device, W.fmt, N, W.data.shape[0])
+                k = api.pick_kernel(x.device, W.fmt, N, W.data.shape[0], x.shape[1])
                 k = self._kernels[key] = k if (k.device == "cpu" and k.afmt != "f32") else False
             if k and x.dtype == torch.float32 and x.dim() == 2 and x.is_contiguous():
                 ops = api._ops()
@@ -619,7 +619,7 @@ class LlamaModel:
                 for W in ws:
                     if not isinstance(W, api.QTensor):
                         break
-                    k = api.pick_kernel(self.device, W.fmt, 1, W.data.shape[0])
+                    k = api.pick_kernel(self.device, W.fmt, 1, W.data.shape[0], W.shape[1])
                     # the CPU quantizes the activations before the kernel; on CUDA the kernel does
                     ok = k.afmt != "f32" if self.device.type == "cpu" else k.fused_quant
                     if k.device != self.device.type or not ok:

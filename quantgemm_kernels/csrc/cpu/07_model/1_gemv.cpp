@@ -19,7 +19,10 @@
 // While 8 rows are summed, the next 8 rows' bytes are prefetched, a share per block: rows are
 // contiguous, and at one token the kernel waits on memory. That prefetch, not the transposes, was
 // most of the gain (2-core CI machine, SmolLM2's output layer: 2.3 ms without it, 1.5 ms with it,
-// the stationary step 2.4 ms).
+// the stationary step 2.4 ms). It pays for rows up to K = 4096; on longer rows (Llama-3's 14336)
+// the stationary step is as fast or faster (api.CPU_GEMV_MAX_K; the record is cited there).
+// Tried there and not kept: prefetching into L2 only (_MM_HINT_T1), and each row's bytes 1 KB
+// ahead instead of the next rows: no faster on long rows, slower on short ones.
 //
 // Without AVX2 (or FMA/F16C) every row takes the portable loop below, same arithmetic; the model
 // picks this kernel only where the SIMD path compiled (api.pick_kernel).
