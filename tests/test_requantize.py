@@ -251,3 +251,16 @@ def test_k_quant_file_on_the_gpu_agrees_with_the_cpu(files):
         assert err < 1e-3, (name, len(prompt), err)
     new = gpu.generate(torch.tensor(PROMPT), 6, stop_at_eos=False)
     assert new.shape == (6,) and int(new.min()) >= 0 and int(new.max()) < len(TOKENS)
+    # the decode steps generate runs: decode_layer's CUDA kernels around the K-quant decode kernels,
+    # one token at a time, against the CPU's full pass at the same positions (the same floor)
+    assert gpu._decode_plans() is not None
+    dec = gpu.static_decoder()
+    dec.prefill(torch.tensor(PROMPT[:3], device="cuda"))
+    steps = []
+    for t in PROMPT[3:]:
+        dec.token.fill_(t)
+        steps.append(dec.step(graph=False).cpu().double())
+    ref = cpu(torch.tensor(PROMPT)).double().numpy()[3:]
+    got = torch.cat(steps).numpy()
+    err = float(((got - ref) ** 2).sum() / (ref**2).sum())
+    assert err < 1e-3, (name, "decode steps", err)
