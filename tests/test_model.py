@@ -624,25 +624,10 @@ def test_cuda_fused_decode_layer(tmp_path, with_q4_1):
     assert torch.isnan(dec.step(CTX, graph=False)).all()
     assert torch.equal(dec.cache.k, before)
     # bad arguments raise before any launch
-    ws, names, modes, n_qkv, n_gu = model._decode_plans()[0]
-    L, c, op = model.layers[0], model.config, api._ops().decode_layer
-    args = [
-        torch.zeros(1, c.dim, device="cuda"),
-        L.attn_norm,
-        L.ffn_norm,
-        ws,
-        names,
-        modes,
-        n_qkv,
-        n_gu,
-        dec.cache.k[0],
-        dec.cache.v[0],
-        dec.cos,
-        dec.sin,
-        dec.pos,
-        c.n_heads,
-        c.rms_eps,
-    ]
+    names, op = model._decode_plans()[0][1], api._ops().decode_layer
+    args = model._decode_layer_args(
+        0, torch.zeros(1, model.config.dim, device="cuda"), dec.cache.k[0], dec.cache.v[0], dec.cos, dec.sin, dec.pos
+    )
     for i, value, match in (
         (4, ["cpu_q4_0_q8_1_stationary"] + names[1:], "no CUDA kernel"),
         (8, dec.cache.k[0].cpu(), "device"),
@@ -676,26 +661,9 @@ def test_cuda_decode_layer_long_cache(tmp_path, pos):
     outs = []
     for m in (cpu, gpu):
         dev = m.device
-        ws, names, modes, n_qkv, n_gu = m._decode_plans()[0]
-        L = m.layers[0]
         xx, kk, vv = x.clone().to(dev), k.clone().to(dev), v.clone().to(dev)
-        api._ops().decode_layer(
-            xx,
-            L.attn_norm,
-            L.ffn_norm,
-            ws,
-            names,
-            modes,
-            n_qkv,
-            n_gu,
-            kk,
-            vv,
-            cos.to(dev),
-            sin.to(dev),
-            torch.tensor([pos], device=dev),
-            c.n_heads,
-            c.rms_eps,
-        )
+        pos_t = torch.tensor([pos], device=dev)
+        api._ops().decode_layer(*m._decode_layer_args(0, xx, kk, vv, cos.to(dev), sin.to(dev), pos_t))
         outs.append((xx.cpu(), kk.cpu(), vv.cpu()))
     (xc, kc, vc), (xg, kg, vg) = outs
     assert nmse((xg - x).numpy(), (xc - x).numpy().astype(np.float64)) < 1e-4  # what the layer added

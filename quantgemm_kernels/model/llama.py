@@ -640,6 +640,30 @@ class LlamaModel:
             self._plans = plans
         return self._plans or None
 
+    def _decode_layer_args(self, i: int, x, k_cache, v_cache, cos, sin, pos) -> list:
+        """``torch.ops.quantgemm.decode_layer``'s arguments for layer ``i`` (its plan must exist):
+        ``x [1, dim]`` updated in place, that layer's ``k_cache, v_cache [Hkv, capacity, D]``, the
+        RoPE tables ``cos, sin [positions, n_rot/2]`` and ``pos`` (int64 ``[1]``)."""
+        L, (ws, names, modes, n_qkv, n_gu) = self.layers[i], self._decode_plans()[i]
+        c = self.config
+        return [
+            x,
+            L.attn_norm,
+            L.ffn_norm,
+            ws,
+            names,
+            modes,
+            n_qkv,
+            n_gu,
+            k_cache,
+            v_cache,
+            cos,
+            sin,
+            pos,
+            c.n_heads,
+            c.rms_eps,
+        ]
+
     def _static_step(self, dec: StaticDecoder, span: int) -> torch.Tensor:
         """:meth:`forward` of one token, ``dec.token`` at position ``dec.pos``, in operations whose
         shapes do not depend on the position: the position only indexes (RoPE's table, the cache's
@@ -657,24 +681,8 @@ class LlamaModel:
         plans = self._decode_plans() if self.fused_decode else None
         if plans is not None:
             decode_layer = api._ops().decode_layer
-            for i, (L, (ws, names, modes, n_qkv, n_gu)) in enumerate(zip(self.layers, plans)):
-                decode_layer(
-                    x,
-                    L.attn_norm,
-                    L.ffn_norm,
-                    ws,
-                    names,
-                    modes,
-                    n_qkv,
-                    n_gu,
-                    dec.cache.k[i],
-                    dec.cache.v[i],
-                    dec.cos,
-                    dec.sin,
-                    pos,
-                    H,
-                    c.rms_eps,
-                )
+            for i in range(len(self.layers)):
+                decode_layer(*self._decode_layer_args(i, x, dec.cache.k[i], dec.cache.v[i], dec.cos, dec.sin, pos))
             return self._matmul(rms_norm(x, self.output_norm, c.rms_eps), self.output)
         cis = dec.cis.index_select(0, pos)
         # Positions after pos get -inf before the softmax, so exactly 0 after it; the cache holds
