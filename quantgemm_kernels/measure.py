@@ -4,16 +4,21 @@ in the L2, every batch size a model meets, llama.cpp and cuBLAS on the same shap
 ``python -m quantgemm_kernels.measure`` (``--help`` lists the options) writes one record,
 ``bench_results/<gpu>/<date>/sweep-<time>.json``, that chapters 5 and 6 read.
 
-**One timing mechanism for every side.** A side's time for one call is the sum of the durations of
-the GPU activities (kernels, device memsets and copies) the call puts on the GPU, as CUPTI records
-them (through ``torch.profiler``). For our chapter-6 kernels that is the activation quantizer and
-the GEMM kernel; for llama.cpp's ``mul_mat`` its activation quantizer and MMVQ or MMQ
+**One timing mechanism for every side.** A side's time for one call is the time the GPU is busy
+with it: the union of the intervals of the GPU activities (kernels, device memsets and copies) the
+call puts on the GPU, as CUPTI records them (through ``torch.profiler``). Where the activities do
+not overlap, that is the sum of their durations. For our chapter-6 kernels that is the activation
+quantizer and the GEMM kernel; for llama.cpp's ``mul_mat`` its activation quantizer and MMVQ or MMQ
 (``quantize_q8_1`` before MMVQ; ``quantize_mmq_q8_1``, MMQ's own, before MMQ, and MMQ's stream-k
-fix-up); for cuBLAS its GEMM kernel(s), on activations already in fp16 or int8. Host
-code (Python, torch's dispatcher, ggml's graph walk) and the gaps between launches are not in it;
-``span_us`` adds them back (first start to last end of a run of calls, per call). Where a kernel
-launched with programmatic dependent launch overlaps the one before it (our decode kernel and its
-quantizer), the sum counts the overlap twice: an upper bound of ours.
+fix-up); for cuBLAS its GEMM kernel(s), on activations already in fp16 or int8. Host code (Python,
+torch's dispatcher, ggml's graph walk) and the gaps between launches are not in it; ``span_us``
+adds them back (first start to last end of a run of calls, per call). Our calls and cuBLAS's are
+captured into a CUDA graph and replayed (:func:`graphed`; ggml's backend launches its own graph, as
+a CUDA graph where it uses one), so that the GPU gets each side's kernels as fast as it runs them.
+Where a kernel launched with programmatic dependent launch overlaps the one before it (our decode
+kernel starts while its quantizer runs, and waits inside for its results; llama.cpp's kernels
+overlap too), the overlap counts once; the plain sum of durations, which counts it twice, is in
+the record beside it (``sum_median_us``).
 
 **Two cache regimes.** *Cold*, the primary figure: call ``i`` reads weight copy ``i mod C``, the
 ``C`` copies together at least ``4 x`` the L2 (as a model's layers do: each layer's weights are read
@@ -134,8 +139,9 @@ def per_call(acts: list[Activity], calls: int) -> dict:
     """Split the activities of a run of ``calls`` identical calls into calls and time each.
 
     Every call puts the same number of activities on the GPU, in stream order, so consecutive
-    groups of ``len(acts) / calls`` are the calls. Returns the per-call busy times (sum of the
-    group's durations, microseconds), the span per call (first start to last end of the run,
+    groups of ``len(acts) / calls`` are the calls. Returns the per-call busy times (the length of
+    the union of the group's intervals, microseconds: overlapping activities count once), the
+    per-call sums of durations, the span per call (first start to last end of the run,
     divided by ``calls``: launch gaps included) and the kernel names of one call. Raises when the
     activities do not divide into ``calls`` equal groups (a side whose calls differ, or lost
     records): a wrong grouping would give wrong spreads, so none is guessed.
@@ -149,9 +155,24 @@ def per_call(acts: list[Activity], calls: int) -> dict:
         names = sorted({a.name[:60] for a in acts})
         raise ValueError(f"{len(acts)} GPU activities do not split into {calls} equal calls: {names}")
     k = len(acts) // calls
-    busy = [sum(a.dur_ns for a in acts[i * k : (i + 1) * k]) / 1e3 for i in range(calls)]
+    groups = [acts[i * k : (i + 1) * k] for i in range(calls)]
+    busy = [union_ns(g) / 1e3 for g in groups]
+    sums = [sum(a.dur_ns for a in g) / 1e3 for g in groups]
     span = (max(a.end_ns for a in acts) - acts[0].start_ns) / 1e3 / calls
-    return {"busy_us": busy, "span_us": span, "per_call": k, "kernels": [a.name for a in acts[:k]]}
+    return {"busy_us": busy, "sum_us": sums, "span_us": span, "per_call": k, "kernels": [a.name for a in acts[:k]]}
+
+
+def union_ns(acts: list[Activity]) -> int:
+    """Length of the union of the activities' [start, end) intervals (ns): overlaps count once."""
+    total, cur_start, cur_end = 0, None, None
+    for a in sorted(acts, key=lambda a: a.start_ns):
+        if cur_end is None or a.start_ns > cur_end:
+            if cur_end is not None:
+                total += cur_end - cur_start
+            cur_start, cur_end = a.start_ns, a.end_ns
+        else:
+            cur_end = max(cur_end, a.end_ns)
+    return total + (cur_end - cur_start if cur_end is not None else 0)
 
 
 def split_on_markers(acts: list[Activity], marker: str) -> list[list[Activity]]:
@@ -266,6 +287,26 @@ def profile_runs(runs: list[tuple]) -> list[dict]:
 # ---------------------------------------------------------------------------------------------
 # The machine and its ceilings
 # ---------------------------------------------------------------------------------------------
+
+
+def graphed(fn):
+    """``fn``'s GPU work captured once into a CUDA graph, and ``(replay, "graph")``: the calls then
+    reach the GPU as fast as it runs them, as ggml's CUDA backend replays its graph, so host code
+    (Python, the dispatcher) leaves no gaps between them, and a kernel launched with programmatic
+    dependent launch can start while the one before it runs. A side that cannot be captured is
+    returned as it is, ``(fn, "eager (...)")``, and its rows say so."""
+    import torch
+
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(g):
+            fn()
+    except Exception as e:  # noqa: BLE001 (any failure to capture: run eagerly, and say so)
+        torch.cuda.synchronize()
+        return fn, f"eager (capture failed: {type(e).__name__})"
+    torch.cuda.synchronize()
+    return g.replay, "graph"
 
 
 def gpu_info() -> dict:
@@ -513,6 +554,7 @@ def measure_shape(
                 )
 
         plans = []  # (side, regime, copies, calls, fn or runner)
+        launches = {("llama.cpp", r): "ggml_backend_graph_compute" for r in ("cold", "warm")}
         for side, make, copies, _out in sides:
             for regime, c in (("cold", copies), ("warm", 1)):
                 calls = calls_for(c, min_calls)
@@ -521,7 +563,8 @@ def measure_shape(
                     fn, calls = made.compute, made.n_mul_mats
                 else:
                     made()  # warm-up: module load, cuBLAS heuristics, the allocator's blocks
-                    fn = made
+                    fn, launch = graphed(made)
+                    launches[(side.name, regime)] = launch
                 plans.append((side, regime, c, calls, fn, made))
         torch.cuda.synchronize()
         results = profile_runs([(p[4], p[3]) for p in plans])
@@ -544,6 +587,7 @@ def measure_shape(
                 includes=side.includes,
                 q8_1_sum=side.q8_1_sum,
                 span_us=res.get("span_us"),
+                launch=launches.get((side.name, regime)),
                 activities_per_call=res.get("per_call"),
                 kernels=" + ".join(dict.fromkeys(_short(n) for n in res.get("kernels", []))),
                 nmse_vs_ref=None if out is None else nmse_gpu(out, ref),
@@ -556,6 +600,7 @@ def measure_shape(
             else:
                 row.update(status="ok", reason="")
                 row.update(spread(res["busy_us"]))
+                row["sum_median_us"] = float(np.median(res["sum_us"]))
             rows.append(row)
         _derive(rows[-len(plans) :])
         if progress:
@@ -613,7 +658,8 @@ COLUMNS = {
     "copies": "weight copies rotated over",
     "copies_bytes": "their total bytes",
     "calls": "calls timed",
-    "min_us": "fastest call: sum of its GPU activities (CUPTI)",
+    "min_us": "fastest call: time its GPU activities (CUPTI) take, overlaps counted once",
+    "sum_median_us": "median call's plain sum of activity durations (counts a PDL overlap twice)",
     "q1_us": "first quartile",
     "median_us": "median call",
     "q3_us": "third quartile",
@@ -622,6 +668,7 @@ COLUMNS = {
     "iqr_us": "q3 - q1",
     "samples": "calls",
     "span_us": "first start to last end of the run / calls (launch gaps included)",
+    "launch": "how the calls reach the GPU: graph (a CUDA graph's replays), eager, or ggml's graph_compute",
     "activities_per_call": "GPU activities (kernels, memsets, copies) per call",
     "kernels": "the kernels of one call",
     "includes": "what one call's time includes",

@@ -56,6 +56,21 @@ def test_per_call_groups_consecutive_activities():
     assert math.isclose(res["span_us"], (4 * 16700 + 7 * 50) / 1e3 / 4)
 
 
+def test_per_call_counts_overlapping_activities_once():
+    """A kernel launched with programmatic dependent launch starts while the one before it runs: the
+    call's time is the union of their intervals, the plain sum (kept beside it) counts the overlap twice."""
+    acts = []
+    for c in range(3):
+        t = 100_000 * c
+        acts += [ms.Activity("quantize", t, t + 2000), ms.Activity("decode", t + 500, t + 14_500)]
+    res = ms.per_call(acts, 3)
+    assert res["busy_us"] == [14.5] * 3
+    assert res["sum_us"] == [16.0] * 3
+    nested = [ms.Activity("a", 0, 10_000), ms.Activity("b", 1000, 2000), ms.Activity("c", 12_000, 13_000)]
+    assert ms.union_ns(nested) == 11_000
+    assert ms.union_ns([]) == 0
+
+
 def test_per_call_refuses_uneven_records():
     acts = _acts([("a", 10), ("b", 10)], calls=3)[:-1]
     with pytest.raises(ValueError, match="do not split into 3 equal calls"):

@@ -94,55 +94,67 @@ __device__ __forceinline__ void quantize_q8_1_thread(const float* x, int* qw, fp
     s16 = finite ? fp32_to_fp16(__fmul_rn((float)sum, d)) : (fp16_bits)0x7E00;
 }
 
-// ggml-cuda's quantize_q8_1 for one block, by one thread (x[0..31] in registers): q = round(x / d)
-// (a division, not the reference's multiply by 1/d; 0 where the block is all zeros) and s = the
-// float sum of x in the order of ggml-cuda's warp_reduce_sum, a butterfly over xor offsets 16, 8,
-// 4, 2, 1 (the result lane 0 holds), so d, q and s are the bytes llama.cpp's CUDA backend writes.
-// Same outputs as quantize_q8_1_thread (packed quants, fp16 d and s; NaN for a non-finite block).
-__device__ __forceinline__ void quantize_q8_1_thread_sum_x(const float* x, int* qw, fp16_bits& d16, fp16_bits& s16) {
-    bool finite;
-    const float amax = block_amax(x, finite);
-    const float d = __fdiv_rn(amax, 127.0f);
+// The same quantizer by 8 lanes for a block, 4 values per lane: the layout of the image quantizers
+// (chapter 6's decode, chapter 8's K-quant decode), ~8x the threads of one thread per block, so a
+// token's few hundred blocks take a few thousand threads rather than a few hundred (the quantizer
+// sits on the decode kernel's critical path). The 8 lanes are an aligned group of the warp (lanes
+// 8h .. 8h + 7), lane g of it holding values 4g .. 4g + 3 (x); every lane of the warp must call it.
+// Returns lane g's 4 quants packed into a word (value 4g in the low byte); d16, s16 and the block's
+// sum of quants (usum) in every lane of the group. The reference's bytes, as quantize_q8_1_thread's
+// (the max and the integer sum do not depend on order), or with sum_mode Q8_1_S_SUM_X those of
+// ggml-cuda's quantize_q8_1: q = round(x / d) (0 where the block is all zeros) and s = the float sum
+// of x in the order of its warp_reduce_sum, a butterfly over value offsets 16, 8, 4, 2, 1 (what its
+// lane 0 holds): offsets 16, 8, 4 are lanes 4, 2, 1 of the group, offsets 2 and 1 are within a lane.
+// A block holding a non-finite value gets zero quants and d = s = NaN, as quantize_q8_1_lane.
+__device__ __forceinline__ int quantize_q8_1_group8(float4 x, int sum_mode, fp16_bits& d16, fp16_bits& s16, int& usum) {
+    const float v[4] = {x.x, x.y, x.z, x.w};
+    float amax = 0.0f;
+    int finite = 1;
 #pragma unroll
-    for (int i = 0; i < 8; i++) {
-        uint32_t w = 0;
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const int q = amax == 0.0f ? 0 : (int)roundf(__fdiv_rn(x[4 * i + j], d));
-            w |= (uint32_t)(q & 0xFF) << (8 * j);
-        }
-        qw[i] = finite ? (int)w : 0;
+    for (int j = 0; j < 4; j++) {
+        amax = fmaxf(amax, fabsf(v[j]));
+        finite &= isfinite(v[j]) ? 1 : 0;
     }
-    float t[32];
 #pragma unroll
-    for (int j = 0; j < 32; j++) t[j] = x[j];
+    for (int off = 4; off > 0; off >>= 1) {
+        amax = fmaxf(amax, __shfl_xor_sync(QG_FULL_MASK, amax, off));
+        finite &= __shfl_xor_sync(QG_FULL_MASK, finite, off);
+    }
+    const float d = __fdiv_rn(amax, 127.0f);
+    const bool sum_x = sum_mode == Q8_1_S_SUM_X;
+    const float id = inverse_scale(d);
+    uint32_t w = 0;
+    int sum = 0;
 #pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
+    for (int j = 0; j < 4; j++) {
+        int q;
+        if (sum_x)
+            q = amax == 0.0f ? 0 : (int)roundf(__fdiv_rn(v[j], d));  // ggml-cuda: x / d
+        else
+            q = (int)roundf(__fmul_rn(v[j], id));  // the reference: x * (1 / d)
+        sum += q;
+        w |= (uint32_t)(q & 0xFF) << (8 * j);
+    }
 #pragma unroll
-        for (int j = 0; j < off; j++) t[j] = __fadd_rn(t[j], t[j + off]);  // lane j += lane j ^ off
+    for (int off = 4; off > 0; off >>= 1) sum += __shfl_xor_sync(QG_FULL_MASK, sum, off);
+    float s;
+    if (sum_x) {
+        float t[4] = {v[0], v[1], v[2], v[3]};
+#pragma unroll
+        for (int off = 4; off > 0; off >>= 1) {  // value offsets 16, 8, 4: lane offsets 4, 2, 1
+#pragma unroll
+            for (int j = 0; j < 4; j++) t[j] = __fadd_rn(t[j], __shfl_xor_sync(QG_FULL_MASK, t[j], off));
+        }
+        t[0] = __fadd_rn(t[0], t[2]);  // value offset 2
+        t[1] = __fadd_rn(t[1], t[3]);
+        s = __fadd_rn(t[0], t[1]);  // value offset 1
+    } else {
+        s = __fmul_rn((float)sum, d);
     }
     d16 = finite ? fp32_to_fp16(d) : (fp16_bits)0x7E00;
-    s16 = finite ? fp32_to_fp16(t[0]) : (fp16_bits)0x7E00;
-}
-
-// One Q8_1 block of float32 activations (32 values at src, 16-byte aligned) quantized by one thread:
-// the reference's bytes, or ggml-cuda's where sum_mode is Q8_1_S_SUM_X (formats.h).
-__device__ __forceinline__ void quantize_q8_1_block(const float* src, int sum_mode, int* qw, fp16_bits& d16,
-                                                    fp16_bits& s16) {
-    float x[QK];
-    const float4* in = (const float4*)src;
-#pragma unroll
-    for (int j = 0; j < QK / 4; j++) {
-        const float4 v = in[j];
-        x[4 * j] = v.x;
-        x[4 * j + 1] = v.y;
-        x[4 * j + 2] = v.z;
-        x[4 * j + 3] = v.w;
-    }
-    if (sum_mode == Q8_1_S_SUM_X)
-        quantize_q8_1_thread_sum_x(x, qw, d16, s16);  // ggml-cuda's bytes
-    else
-        quantize_q8_1_thread(x, qw, d16, s16);  // the reference's
+    s16 = finite ? fp32_to_fp16(s) : (fp16_bits)0x7E00;
+    usum = finite ? sum : 0;
+    return finite ? (int)w : 0;
 }
 
 // ggml-cuda's MMQ activation quantizer (quantize_mmq_q8_1) for one block, by a whole warp: lane j

@@ -280,26 +280,28 @@ __device__ __forceinline__ void kq_copy_tail(int4* smem, const uint8_t* gmem, in
     *smem = make_int4((int)w[0], (int)w[1], (int)w[2], (int)w[3]);
 }
 
-// The activations: float32 A [N, K] to the image (kq_act_sb [N, K/256]) in the workspace, one thread
-// per Q8_1 block, with chapter 6's quantizer (the reference's bytes, or ggml-cuda's in the sum_x mode).
+// The activations: float32 A [N, K] to the image (kq_act_sb [N, K/256]) in the workspace, 8 threads
+// per Q8_1 block, with chapter 6's quantizer (quantize_q8_1_group8: the reference's bytes, or
+// ggml-cuda's in the sum_x mode). The thread count (8 per block, 8 blocks per super-block) is a
+// multiple of 64, so a warp is wholly inside or past the end.
 __global__ void kq_quantize_kernel(const float* __restrict__ A, kq_act_sb* __restrict__ img, int64_t blocks,
                                    int sum_mode) {
     allow_dependent_launch();  // the decode kernel may start now: it waits for our results itself
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= blocks) return;
-    int qw[8];
+    if (i - threadIdx.x % 32 >= blocks * 8) return;  // the whole warp is past the end
+    const int64_t blk = i / 8;
+    const int g = (int)(i % 8);
     fp16_bits d16, s16;
-    quantize_q8_1_block(A + i * QK, sum_mode, qw, d16, s16);  // rows of K % 256 == 0 floats: 16-byte aligned
-    kq_act_sb* sb = img + i / Q8_PER_K;                       // token-major: block i of the [N, K/32] grid
-    const int b = (int)(i % Q8_PER_K);
-    int4* q = (int4*)(sb->qs + 32 * b);
-    q[0] = make_int4(qw[0], qw[1], qw[2], qw[3]);
-    q[1] = make_int4(qw[4], qw[5], qw[6], qw[7]);
-    int usum = 0;
-#pragma unroll
-    for (int j = 0; j < 8; j++) usum = __dp4a(qw[j], 0x01010101, usum);
-    sb->d[b] = scale_to_float(d16);
-    sb->usum[b] = usum;
+    int usum;
+    const float4 x = ((const float4*)(A + blk * QK))[g];  // rows of K % 256 == 0 floats: 16-byte aligned
+    const int w = quantize_q8_1_group8(x, sum_mode, d16, s16, usum);
+    kq_act_sb* sb = img + blk / Q8_PER_K;  // token-major: block blk of the [N, K/32] grid
+    const int b = (int)(blk % Q8_PER_K);
+    ((int*)(sb->qs + 32 * b))[g] = w;
+    if (g == 0) {
+        sb->d[b] = scale_to_float(d16);
+        sb->usum[b] = usum;
+    }
 }
 
 // ---------------------------------------------------------------- the kernel
@@ -431,7 +433,7 @@ int kq_major() {
 // The quantizer: A [N, K] to the image at img (N * K/256 entries).
 void kq_quantize(const float* A, kq_act_sb* img, int N, int K, int sum_mode, cudaStream_t stream) {
     const int64_t blocks = (int64_t)N * (K / QK);
-    kq_quantize_kernel<<<(unsigned)((blocks + 127) / 128), 128, 0, stream>>>(A, img, blocks, sum_mode);
+    kq_quantize_kernel<<<(unsigned)((blocks * 8 + 127) / 128), 128, 0, stream>>>(A, img, blocks, sum_mode);
 }
 
 // One pass of T tokens: the grid covers the row groups, at most as many CTAs as fit on the GPU at once.
