@@ -324,12 +324,16 @@ class QTensor:
 #:   * Q4_1 (chapter 7), Q4_K and Q6_K (chapter 8): the decode kernel, then the mma.sync step on 8.x
 #:     and 9.0 (no wgmma kernel), at their own crossovers (DECODE_MAX_N_MMA; Q6_K's is Q4_K's for now).
 #: On the CPU: chapter 4's SIMD kernel (f32 weights: chapter 1's blocked kernel; K-quants: chapter 8's).
-#: On Hopper, Q4_0 and Q8_0: the decode kernel to N = 4, the narrow wgmma step (9_wgmma_narrow.cu)
-#: from N = 5 (DECODE_MAX_N_NARROW), from the H100 record
-#: bench_results/nvidia-h100-80gb-hbm3/2026-11-27/narrow-001014.json (cold): at N = 4 the decode
-#: kernel is ahead on all three Llama-3-8B shapes (Q4_0 4096 x 14336: 25.4 against 35.9 us; 14336 x
-#: 4096: 34.4 against 36.3; 4096 x 4096: 14.9 against 15.9; Q8_0 likewise), at N = 8 behind on all
-#: six (Q4_0: 37.7 against 35.9, 56.2 against 36.4, 20.1 against 15.9). N = 5 to 7 are not measured.
+#: On Hopper, Q4_0 and Q8_0: the decode kernel to N = DECODE_MAX_N_NARROW[wfmt] (one threshold for
+#: rows of K <= 4096, which the decode kernel packs several to a warp step, one for longer rows),
+#: the narrow wgmma step (9_wgmma_narrow.cu) past it. From the H100 record
+#: bench_results/nvidia-h100-80gb-hbm3/2026-11-27/packed-065600.json (cold, calls replayed from a
+#: CUDA graph; N = 1 to 6, 8, 12, 16 on the three Llama-3-8B shapes): Q4_0 at N = 6 the decode
+#: kernel is ahead on all three (4096 x 4096: 12.0 against 15.6 us; 14336 x 4096: 28.6 against 36.0;
+#: 4096 x 14336: 26.3 against 35.4), at N = 8 behind on 14336 x 4096 (the narrow step's 35.8 the
+#: faster) and ahead on 4096 x 14336 (32.8 against 35.5); Q8_0 at N = 6 ahead on the K = 4096 shapes
+#: (13.4 against 17.0, 32.3 against 38.0), behind on 4096 x 14336 from N = 5 (the narrow step's 37.1
+#: the faster). N = 7 is not measured.
 #: The thresholds below (the decode kernel against the fifth step, split-K wgmma) are read off the H100 sweep
 #: bench_results/nvidia-h100-80gb-hbm3/2026-11-24/sweep-143850.json (cold): with 32 row tiles
 #: (M = 4096) the decode kernel is ahead of the split-K kernel to N = 8 (Q4_0 33.8 against 52.1 us at
@@ -359,7 +363,8 @@ CPU_GEMV_MAX_N = 2
 CPU_GEMV_MAX_K = {1: 4096, 2: 1536}
 DECODE_MAX_N_FEW_TILES = 8  # N up to which the decode kernel runs when M/128 < SMs/2
 DECODE_MAX_N = 5  # otherwise
-DECODE_MAX_N_NARROW = 4  # on Hopper, for the formats with the narrow wgmma step
+#: on Hopper, for the formats with the narrow wgmma step: (rows of K <= 4096, longer rows)
+DECODE_MAX_N_NARROW = {"q4_0": (6, 8), "q8_0": (6, 4)}
 #: The formats whose tensor-core kernel is the mma.sync step (Q4_1, Q4_K, Q6_K: no wgmma kernel), in
 #: its split-K launch (10_mma_splitk.cu): the decode kernel to N = 8 (Q4_1) or 16 (Q4_K, Q6_K). From
 #: the H100 record bench_results/nvidia-h100-80gb-hbm3/2026-11-27/mma-zfill-003322.json (cold,
@@ -387,7 +392,7 @@ def pick_kernel(device, wfmt: str, N: int, M: int | None = None, K: int | None =
     if not any(k.wfmt == wfmt and k.device == device.type for k in KERNELS.values()):
         raise ValueError(f"no {device.type} kernel reads {wfmt} weights yet")
     cc, sms = _gpu_info(device)
-    return pick_cuda_kernel(wfmt, N, M, cc, sms)
+    return pick_cuda_kernel(wfmt, N, M, cc, sms, K)
 
 
 @functools.lru_cache(maxsize=None)
@@ -412,15 +417,16 @@ def _gpu_info(device: torch.device) -> tuple[tuple[int, int], int]:
     ).multi_processor_count
 
 
-def pick_cuda_kernel(wfmt: str, N: int, M: int | None, cc: tuple[int, int], sms: int) -> Kernel:
+def pick_cuda_kernel(wfmt: str, N: int, M: int | None, cc: tuple[int, int], sms: int, K: int | None = None) -> Kernel:
     """:func:`pick_kernel`'s choice on a GPU of compute capability ``cc`` with ``sms`` SMs (no GPU
-    needed: :func:`choice_table` prints it for any GPU)."""
+    needed: :func:`choice_table` prints it for any GPU). ``K`` None: taken as a short row (K <= 4096)."""
     few_tiles = M is not None and (M + 127) // 128 < sms // 2
     small = N <= (DECODE_MAX_N_FEW_TILES if few_tiles else DECODE_MAX_N)
     if wfmt in DECODE_MAX_N_MMA:
         small = N <= DECODE_MAX_N_MMA[wfmt]
     elif cc == (9, 0) and f"cuda_{wfmt}_q8_1_wgmma_narrow" in KERNELS:
-        small = N <= DECODE_MAX_N_NARROW
+        short_rows, long_rows = DECODE_MAX_N_NARROW[wfmt]
+        small = N <= (long_rows if K is not None and K > 4096 else short_rows)
     if cc >= (8, 0) and small:
         names = [f"cuda_{wfmt}_q8_1_decode"]
     elif cc == (9, 0):
@@ -449,22 +455,24 @@ def pick_cuda_kernel(wfmt: str, N: int, M: int | None, cc: tuple[int, int], sms:
 CHOICE_NS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 2048)
 
 
-def choice_table(cc: tuple[int, int], sms: int, formats=None, rows=(4096, 14336), ns=CHOICE_NS) -> str:
+def choice_table(
+    cc: tuple[int, int], sms: int, formats=None, shapes=((4096, 4096), (14336, 4096), (4096, 14336)), ns=CHOICE_NS
+) -> str:
     """The kernel :func:`linear` picks on a GPU of compute capability ``cc`` with ``sms`` SMs, for
-    each weight format (those with CUDA kernels), weight rows M and batch size N, as a text table."""
+    each weight format (those with CUDA kernels), layer shape (M, K) and batch size N, as a text table."""
     formats = formats or [f for f in F.SPECS if any(k.device == "cuda" and k.wfmt == f for k in KERNELS.values())]
     lines = [f"kernel picked on compute capability {cc[0]}.{cc[1]}, {sms} SMs (api.pick_kernel)"]
-    lines.append(f"{'format':7s} {'M':>6s}  " + " ".join(f"{'N=' + str(n):>12s}" for n in ns))
+    lines.append(f"{'format':7s} {'M':>6s} {'K':>6s}  " + " ".join(f"{'N=' + str(n):>12s}" for n in ns))
     for wfmt in formats:
-        for M in rows:
+        for M, K in shapes:
             cells = []
             for n in ns:
                 try:
-                    name = pick_cuda_kernel(wfmt, n, M, cc, sms).name
+                    name = pick_cuda_kernel(wfmt, n, M, cc, sms, K).name
                     cells.append(name.replace(f"cuda_{wfmt}_q8_1_", "").replace(f"cuda_{wfmt}_", ""))
                 except ValueError:
                     cells.append("-")
-            lines.append(f"{wfmt:7s} {M:6d}  " + " ".join(f"{c:>12s}" for c in cells))
+            lines.append(f"{wfmt:7s} {M:6d} {K:6d}  " + " ".join(f"{c:>12s}" for c in cells))
     return "\n".join(lines)
 
 

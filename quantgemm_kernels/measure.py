@@ -833,7 +833,7 @@ def choice_report(rows: list[dict], cc, sms: int, regime: str = "cold") -> str:
         if not ours:
             continue
         try:
-            pick = pick_cuda_kernel(wfmt, N, M, cc, sms).name
+            pick = pick_cuda_kernel(wfmt, N, M, cc, sms, K).name
         except ValueError:
             continue
         best = min(ours, key=ours.get)

@@ -145,8 +145,9 @@ def test_pick_kernel_on_the_cpu():
 
 
 def test_the_gpu_choice_follows_the_measured_crossovers():
-    """api.pick_cuda_kernel without a GPU: on Hopper the decode kernel to N = 4, then the split-K
-    wgmma kernel in its 64-token-tile form (the narrow step); on Ampere and Ada the decode kernel at
+    """api.pick_cuda_kernel without a GPU: on Hopper the decode kernel to N = 6 (rows of K <= 4096;
+    Q4_0's longer rows to 8, Q8_0's to 4), then the split-K wgmma kernel in its 64-token-tile form
+    (the narrow step); on Ampere and Ada the decode kernel at
     every N (the mma steps' shared memory does not fit there); DP4A before them; Q4_1, Q4_K and Q6_K (no wgmma kernel) the
     decode kernel to their own crossovers (N = 8, 16 and 16 on the H100 record api.py cites), then
     the split-K mma step, on Hopper too."""
@@ -155,13 +156,18 @@ def test_the_gpu_choice_follows_the_measured_crossovers():
     pick = api.pick_cuda_kernel
     h100 = ((9, 0), 132)
     assert pick("q4_0", 1, 4096, *h100).name == "cuda_q4_0_q8_1_decode"
-    assert pick("q4_0", 4, 4096, *h100).name == "cuda_q4_0_q8_1_decode"
-    assert pick("q4_0", 5, 4096, *h100).name == "cuda_q4_0_q8_1_wgmma_narrow"
+    assert pick("q4_0", 6, 4096, *h100).name == "cuda_q4_0_q8_1_decode"
+    assert pick("q4_0", 6, 14336, *h100, K=4096).name == "cuda_q4_0_q8_1_decode"
+    assert pick("q4_0", 7, 14336, *h100, K=4096).name == "cuda_q4_0_q8_1_wgmma_narrow"
+    assert pick("q4_0", 8, 4096, *h100, K=14336).name == "cuda_q4_0_q8_1_decode"
+    assert pick("q4_0", 9, 4096, *h100, K=14336).name == "cuda_q4_0_q8_1_wgmma_narrow"
+    assert pick("q8_0", 6, 4096, *h100, K=4096).name == "cuda_q8_0_q8_1_decode"
+    assert pick("q8_0", 5, 4096, *h100, K=14336).name == "cuda_q8_0_q8_1_wgmma_narrow"
     assert pick("q4_0", 8, 4096, (8, 0), 108).name == "cuda_q4_0_q8_1_decode"
     assert pick("q4_0", 8, 14336, (8, 0), 108).name == "cuda_q4_0_q8_1_decode"
     assert pick("q4_0", 16, 4096, *h100).name == "cuda_q4_0_q8_1_wgmma_narrow"
-    assert pick("q8_0", 4, 14336, *h100).name == "cuda_q8_0_q8_1_decode"
-    assert pick("q8_0", 8, 14336, *h100).name == "cuda_q8_0_q8_1_wgmma_narrow"
+    assert pick("q8_0", 4, 4096, *h100, K=14336).name == "cuda_q8_0_q8_1_decode"
+    assert pick("q8_0", 8, 14336, *h100, K=4096).name == "cuda_q8_0_q8_1_wgmma_narrow"
     assert pick("q4_1", 1, 4096, *h100).name == "cuda_q4_1_q8_1_decode"
     assert pick("q4_1", 8, 4096, *h100).name == "cuda_q4_1_q8_1_decode"
     assert pick("q4_1", 16, 4096, *h100).name == "cuda_q4_1_q8_1_mma_splitk"

@@ -44,6 +44,10 @@
 // 4 tokens, 2 otherwise (Q8_0's steps are twice as large, more tokens need the shared memory for
 // their activations, and at one token 2 steps let 2 CTAs share an SM: 16 warps and 16 steps in
 // flight instead of 8 warps and 24, which measured faster).
+// Packed short rows (H100, weights cold, calls replayed from a CUDA graph; bench_results/
+// nvidia-h100-80gb-hbm3/2026-11-27/crossover-064418.json before, packed-065600.json after): Q4_0
+// 14336 x 4096 at N = 4: 32.0 -> 24.4 us, N = 5: 33.7 -> 25.0; 4096 x 4096 at N = 5: 13.2 -> 11.2;
+// Q8_0 14336 x 4096 at N = 4: 33.6 -> 26.3; 4096 x 14336 (not packed) unchanged.
 // The prologue's order (H100, Q4_0 4096 x 14336, weights cold, the decode kernel's own duration at
 // N = 1 / N = 4): one step per warp issued, then the activations, then the loop (this code): 13.8 /
 // 19.6 us. Filling every ring slot before the activations: 14.9 / 21.1 us: the activation copies
@@ -185,7 +189,7 @@ struct ActSource {
     int nu_total;      // image: units per token row (the whole K)
 };
 
-template <class WF, int T, class Acts>
+template <class WF, int T, class Acts, bool PACKED>
 // Q4_0: 2 CTAs per SM (at most 128 registers); Q8_0 units are twice as wide and need more.
 __global__ void __launch_bounds__(DEC_THREADS, sizeof(typename WF::block) < 32 ? 2 : 1)  // 4-bit: 2 CTAs/SM
     decode_kernel(ActSource src, const typename WF::block* __restrict__ W, float* __restrict__ C, int M, int K,
@@ -206,22 +210,34 @@ __global__ void __launch_bounds__(DEC_THREADS, sizeof(typename WF::block) < 32 ?
     const int warps_total = gridDim.x * DEC_WARPS;
     const int warp_global = blockIdx.x * DEC_WARPS + warp;
     const bool units = nb_total % UNIT == 0 && kb0 % UNIT == 0;  // every unit 16-byte aligned
-    const int steps_per_row = (nu + 31) / 32;
-    const int rows_mine = warp_global < M ? (M - 1 - warp_global) / warps_total + 1 : 0;
-    const int items = rows_mine * steps_per_row;  // item i: row warp_global + (i / steps) * warps_total
+    // Short rows (PACKED: units, a whole row in the launch, nu a divisor of 32, i.e. K = 256, 512,
+    // ..., 4096): a step holds R = 32 / nu consecutive rows, which are consecutive in memory, lane u
+    // on unit u % nu of row u / nu, instead of one row with 32 - nu lanes idle. A group is the R
+    // rows of one step. A template parameter (the launcher checks the condition), so that the other
+    // shapes run code with no trace of it: as a runtime flag it cost long rows up to 14 % at 2 to
+    // 8 tokens (H100, 4096 x 14336, 24.1 against 21.1 us at N = 4).
+    constexpr bool packed = PACKED;
+    const int R = packed ? 32 / nu : 1;        // rows per group
+    const int seg = packed ? nu : 32;          // lanes summed into one row
+    const int steps_per_row = (nu + 31) / 32;  // per group: 1 where packed
+    const int groups = (M + R - 1) / R;
+    const int groups_mine = warp_global < groups ? (groups - 1 - warp_global) / warps_total + 1 : 0;
+    const int items = groups_mine * steps_per_row;  // item i: group warp_global + (i / steps) * warps_total
 
-    // Item i (a step of 32 units of one row) goes to ring slot i % STAGES with cp.async: the warp
-    // copies 512 consecutive bytes per instruction (coalesced) straight into shared memory, where
-    // lane u later finds its unit's VECS vectors back to back. STAGES - 1 items stay in flight
-    // while the warp computes on the oldest; one commit group per item, empty past the end, so
-    // that wait_group<STAGES - 1> always means "the oldest item has landed".
+    // Item i (a step: 32 units of one row, or the R rows of a packed group) goes to ring slot
+    // i % STAGES with cp.async: the warp copies 512 consecutive bytes per instruction (coalesced)
+    // straight into shared memory, where lane u later finds its unit's VECS vectors back to back.
+    // STAGES - 1 items stay in flight while the warp computes on the oldest; one commit group per
+    // item, empty past the end, so that wait_group<STAGES - 1> always means "the oldest item has
+    // landed".
     // [excerpt: issue]
     auto issue = [&](int i) {
         if (units && i < items) {
-            const int r = warp_global + (i / steps_per_row) * warps_total, st = i % steps_per_row;
+            const int g = warp_global + (i / steps_per_row) * warps_total, st = i % steps_per_row;
+            const int r = g * R;  // the group's first row
             const uint4* src = (const uint4*)(W + (int64_t)r * nb_total + kb0) + (int64_t)st * STEP_VECS;
             uint4* dst = ring + (i % STAGES) * STEP_VECS;
-            const int count = min(32, nu - 32 * st) * VECS;
+            const int count = (packed ? min(R, M - r) * nu : min(32, nu - 32 * st)) * VECS;
 #pragma unroll
             for (int v = 0; v < VECS; v++)
                 if (lane + 32 * v < count) cp_async16(dst + lane + 32 * v, src + lane + 32 * v);
@@ -240,11 +256,14 @@ __global__ void __launch_bounds__(DEC_THREADS, sizeof(typename WF::block) < 32 ?
 #pragma unroll
     for (int t = 0; t < T; t++) acc[t] = 0.0f;
     // [excerpt: finish_row]
-    auto finish_row = [&](int r) {  // butterfly sum over the warp (fixed order), lane 0 writes
+    // Butterfly sum over each aligned segment of `seg` lanes (the whole warp, or the nu lanes of one
+    // row of a packed step; fixed order), the segment's first lane writes row r0 + its segment.
+    auto finish_rows = [&](int r0, int seg) {
 #pragma unroll
         for (int t = 0; t < T; t++) {
-            for (int off = 16; off > 0; off >>= 1) acc[t] += __shfl_xor_sync(QG_FULL_MASK, acc[t], off);
-            if (lane == 0) {
+            for (int off = seg / 2; off > 0; off >>= 1) acc[t] += __shfl_xor_sync(QG_FULL_MASK, acc[t], off);
+            const int r = r0 + lane / seg;
+            if (lane % seg == 0 && r < M) {
                 float* c = C + (int64_t)t * M + r;
                 *c = accumulate ? *c + acc[t] : acc[t];
             }
@@ -264,7 +283,7 @@ __global__ void __launch_bounds__(DEC_THREADS, sizeof(typename WF::block) < 32 ?
                 if constexpr (has_min<WF>) m_w = scale_to_float(w_row[kb].m);
                 block_times_tokens<WF, T>(v, scale_to_float(w_row[kb].d), m_w, act, kb, acc);
             }
-            finish_row(row);
+            finish_rows(row, 32);
         }
         return;
     }
@@ -274,8 +293,9 @@ __global__ void __launch_bounds__(DEC_THREADS, sizeof(typename WF::block) < 32 ?
         issue(i + STAGES - 1);        // into the slot computed on in iteration i - 1
         cp_async_wait<STAGES - 1>();  // this lane's copies of item i have landed...
         __syncwarp();                 // ...and every other lane's
-        const int st = i % steps_per_row, u = 32 * st + lane;
-        if (u < nu) {
+        const int st = i % steps_per_row, g = warp_global + (i / steps_per_row) * warps_total;
+        const int u = packed ? lane % nu : 32 * st + lane;  // this lane's unit of its row
+        if (packed ? g * R + lane / nu < M : u < nu) {
             Unit<WF> cur;
             cur.load_shared(ring + (i % STAGES) * STEP_VECS + lane * VECS);
             // [end excerpt: consume]
@@ -290,7 +310,7 @@ __global__ void __launch_bounds__(DEC_THREADS, sizeof(typename WF::block) < 32 ?
                 block_times_tokens<WF, T>(v, d_w, m_w, act, UNIT * u + b, acc);
             }
         }
-        if (st == steps_per_row - 1) finish_row(warp_global + (i / steps_per_row) * warps_total);
+        if (st == steps_per_row - 1) finish_rows(g * R, seg);
         __syncwarp();  // every lane is done with slot i % STAGES before it is refilled
     }
 }
@@ -317,7 +337,8 @@ void launch_pass(const ActSource& src, const typename WF::block* W, float* C, in
                  int nb, bool accumulate, cudaStream_t stream) {
     const int nu = (nb + UNIT - 1) / UNIT;
     const size_t smem = DecodeSmem(T, nu, Unit<WF>::VECS, decode_stages(T, Unit<WF>::VECS)).total;
-    auto kernel = decode_kernel<WF, T, Acts>;
+    const bool packed = nb_total % UNIT == 0 && kb0 % UNIT == 0 && nb == nb_total && nu < 32 && 32 % nu == 0;
+    auto kernel = packed ? decode_kernel<WF, T, Acts, true> : decode_kernel<WF, T, Acts, false>;
     if (smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     int dev = 0;
     cudaGetDevice(&dev);
