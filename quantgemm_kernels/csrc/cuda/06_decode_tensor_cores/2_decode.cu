@@ -20,11 +20,13 @@
 // W8A8 (cuda_q8_0_q8_1_decode, below): the same kernel with WF = w_q8_0: 8 blocks are 272 B =
 // 17 x 16 B, the quants need no unpacking and there is no compensation.
 // Grid: decode.cuh's, after the quantizer's: 8 threads per (token, unit, block of the unit), 128 per CTA.
-// Measured (H100, K = 14336, one token, weights cold): the quantizer with one thread per block (448
-// threads for the whole GPU, 3 % occupancy) took 3.9 us, and the decode kernel waits for its end;
-// with 8 threads per block, 1.9 us. Tried and not kept: no quantizer kernel at N = 1, every CTA
-// quantizing the token into its own shared memory (8 lanes per block) behind its first weight step:
-// 19.8 us per call against 15.7 (264 CTAs each reading and quantizing all 14336 floats).
+// Measured (H100, Q4_0 4096 x 14336, one token, weights cold; bench_results/nvidia-h100-80gb-hbm3/
+// 2026-11-27): a call (quantizer + decode kernel, launched eagerly, CUPTI) took 18.3 us with one
+// thread per block (448 threads for the whole GPU; narrow-001534.json) and takes 16.4 with 8
+// (quantizer-063353.json), llama.cpp 17.8 in both runs; CUPTI gives the new quantizer 1.9 us.
+// Tried and not kept: no quantizer kernel at N = 1, every CTA quantizing the token into its own
+// shared memory (8 lanes per block) behind its first weight step: 19.8 us per call against 15.7
+// (264 CTAs each reading and quantizing all 14336 floats).
 #include "decode.cuh"
 
 namespace gpu {
