@@ -371,3 +371,24 @@ def test_fma_changes_q4_0_bytes_and_llama_cpps_references_do_not_fuse():
     rows = x[differ[:8]]
     np.testing.assert_array_equal(ggml_quantize(rows, "q4_0"), F.quantize(rows, "q4_0"))
     np.testing.assert_array_equal(gguf_quantize(rows, "q4_0"), F.quantize(rows, "q4_0"))
+
+
+def test_the_eight_lane_quantizers_sum_order_is_the_warps():
+    """cuda/common.cuh's quantize_q8_1_group8 gives a block to 8 lanes, lane g holding values
+    4g .. 4g + 3, and adds s = sum(x) as lane xor 4, 2, 1 then inside the lane (values 0 + 2, 1 + 3,
+    then the two): the same float32 additions as ggml-cuda's warp butterfly over value offsets
+    16, 8, 4, 2, 1 (formats.butterfly_sum32), so the sum_x bytes are llama.cpp's. Emulated here in
+    numpy, bit for bit, on values of very different sizes (where the order of additions shows)."""
+    rng = np.random.default_rng(19)
+    x = (rng.standard_normal((4000, 32)) * 10.0 ** rng.integers(-6, 7, (4000, 32))).astype(np.float32)
+    t = x.reshape(-1, 8, 4).copy()  # [block, lane g, value k of the lane]
+    lanes = np.arange(8)
+    for off in (4, 2, 1):  # value offsets 16, 8, 4
+        t = t + t[:, lanes ^ off, :]
+    t01 = t[:, 0, 0] + t[:, 0, 2], t[:, 0, 1] + t[:, 0, 3]  # value offset 2
+    group8 = (t01[0] + t01[1]).astype(np.float32)  # value offset 1
+    warp = F.butterfly_sum32(x)
+    assert group8.dtype == warp.dtype == np.float32
+    assert np.array_equal(group8.view(np.uint32), warp.view(np.uint32))
+    sequential = np.cumsum(x, axis=1, dtype=np.float32)[:, -1]
+    assert not np.array_equal(sequential.view(np.uint32), warp.view(np.uint32))  # the order matters here
