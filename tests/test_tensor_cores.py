@@ -78,15 +78,16 @@ def test_fused_kernels_are_deterministic_on_a_large_shape(kernel):
     assert torch.equal(C1, C2)
 
 
-SPLITK = [k for k in qk.KERNELS.values() if k.name.endswith(("_splitk", "_narrow"))]
+SPLITK = [k for k in qk.KERNELS.values() if k.name.endswith(("_splitk", "_narrow", "_small"))]
 
 
 def one_cta_per_tile(kernel: str) -> str:
     """The step a split-K kernel splits: the fourth wgmma step (wgmma_ws) or the mma step."""
-    return re.sub(r"_wgmma_(splitk|narrow)$", "_wgmma_ws", kernel).removesuffix("_splitk")
+    return re.sub(r"_wgmma_(splitk|narrow|small)$", "_wgmma_ws", kernel).removesuffix("_splitk")
 
 
 NARROW = [k for k in qk.KERNELS.values() if k.name.endswith("_narrow")]
+SMALL = [k for k in qk.KERNELS.values() if k.name.endswith("_small")]
 WGMMA = [k for k in qk.KERNELS.values() if "wgmma" in k.name and k not in SPLITK]
 
 
@@ -160,6 +161,41 @@ def test_narrow_tiles_compute_the_fifth_steps_bits(kernel, dist, M, N, K):
     C = qk.gemm(At, Wq, kernel)
     C_splitk = qk.gemm(At, Wq, kernel.replace("_narrow", "_splitk"))
     assert torch.equal(C, C_splitk), f"{(C != C_splitk).sum().item()} of {C.numel()} outputs differ"
+
+
+@requires_cuda
+@pytest.mark.parametrize("kernel", [kernel_param(k) for k in SMALL])
+@pytest.mark.parametrize("dist", ["normal", "outliers", "tiny", "zeros"])
+@pytest.mark.parametrize(
+    "M,N,K",
+    [
+        (4096, 16, 14336),
+        (4096, 1, 4096),
+        (300, 64, 512),
+        (256, 33, 14336),
+        (131, 8, 8192),
+        (1000, 3, 4352),
+        (77, 9, 2048),
+        (129, 17, 256),
+        (200, 65, 8192),
+        (130, 5, 1056),
+    ],
+    ids=lambda v: str(v),
+)
+def test_small_tiles_compute_the_narrow_steps_bits(kernel, dist, M, N, K):
+    """The seventh step (weights as the wgmma's M, from registers; tokens as its N) multiplies the
+    same blocks in the same splits and order as the sixth, with the int32 results read the same
+    way: every output bit is the same, for tiles of 8, 16, 32 and 64 tokens, ragged M and N, one
+    split or several; past 64 tokens and where K / 32 is not a multiple of 8 (1056) it runs the
+    sixth step itself."""
+    from quantgemm_kernels.testing import kernel_inputs
+
+    k = qk.KERNELS[kernel]
+    A, W = kernel_inputs(k, M, N, K, dist, seed=M + N + K)
+    At, Wq = torch.from_numpy(A).cuda(), qk.quantize(torch.from_numpy(W).cuda(), k.wfmt)
+    C = qk.gemm(At, Wq, kernel)
+    C_narrow = qk.gemm(At, Wq, kernel.replace("_small", "_narrow"))
+    assert torch.equal(C, C_narrow), f"{(C != C_narrow).sum().item()} of {C.numel()} outputs differ"
 
 
 @requires_cuda

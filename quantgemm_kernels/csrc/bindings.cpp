@@ -431,13 +431,13 @@ at::Tensor gemm_cuda(const at::Tensor& A, const at::Tensor& W, c10::string_view 
     at::Tensor workspace;  // chapter 6 kernels quantize A into it (freed when the call returns:
                            // the caching allocator keeps it for the next call, stream-ordered)
     if (k->formats.a == QG_F32_AS_Q8_1) {
-        // The split-K steps (8_wgmma_splitk.cu, 9_wgmma_narrow.cu) keep their partial sums there too,
+        // The split-K steps (8_wgmma_splitk.cu, 9_wgmma_narrow.cu, 11_wgmma_small.cu) keep their partial sums there too,
         // after the activations.
         auto ends_with = [&](const char* s) {
             const size_t n = std::strlen(s);
             return kernel.size() > n && kernel.compare(kernel.size() - n, n, s) == 0;
         };
-        const bool splitk = ends_with("_splitk") || ends_with("_narrow");
+        const bool splitk = ends_with("_splitk") || ends_with("_narrow") || ends_with("_small");
         const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
         const size_t bytes = splitk ? splitk_workspace_bytes(N, M, K, sms) : act_workspace_bytes(N, K);
         workspace = at::empty({(int64_t)bytes}, A.options().dtype(at::kByte));
