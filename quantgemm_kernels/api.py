@@ -315,25 +315,34 @@ class QTensor:
 
 
 #: The kernel :func:`linear` picks, by device, weight format and batch size N. On CUDA:
-#:   * compute capability 9.0 (Hopper): the decode kernel while N is small, then the
-#:     warp-specialised wgmma kernel with split-K (8_wgmma_splitk.cu, which is the fourth step as it
-#:     is when W's 128-row tiles fill the GPU), through its 64-token-tile form for N <= 64
-#:     (9_wgmma_narrow.cu, the fifth step itself past 64). The decode kernel's time grows with N, the wgmma
+#:   * compute capability 9.0 (Hopper): the decode kernel while N is small, then the small-batch
+#:     wgmma step (11_wgmma_small.cu) to 32 tokens, then the warp-specialised wgmma kernel with
+#:     split-K (8_wgmma_splitk.cu, which is the fourth step as it is when W's 128-row tiles fill the
+#:     GPU), through its 64-token-tile form for N <= 64 (9_wgmma_narrow.cu, the fifth step itself past 64). The decode kernel's time grows with N, the wgmma
 #:     kernel's hardly does until its tiles fill the GPU.
 #:   * 8.x: the same with the mma.sync kernel; older GPUs: chapter 4's vectorised DP4A kernel.
 #:   * Q4_1 (chapter 7), Q4_K and Q6_K (chapter 8): the decode kernel, then the mma.sync step on 8.x
 #:     and 9.0 (no wgmma kernel), at their own crossovers (DECODE_MAX_N_MMA; Q6_K's is Q4_K's for now).
 #: On the CPU: chapter 4's SIMD kernel (f32 weights: chapter 1's blocked kernel; K-quants: chapter 8's).
-#: On Hopper, Q4_0 and Q8_0: the decode kernel to N = DECODE_MAX_N_NARROW[wfmt] (one threshold for
+#: On Hopper, Q4_0 and Q8_0: the decode kernel to N = DECODE_MAX_N_HOPPER[wfmt] (one threshold for
 #: rows of K <= 4096, which the decode kernel packs several to a warp step, one for longer rows),
-#: the narrow wgmma step (9_wgmma_narrow.cu) past it. From the H100 record
-#: bench_results/nvidia-h100-80gb-hbm3/2026-11-27/packed-065600.json (cold, calls replayed from a
-#: CUDA graph; N = 1 to 6, 8, 12, 16 on the three Llama-3-8B shapes): Q4_0 at N = 6 the decode
-#: kernel is ahead on all three (4096 x 4096: 12.0 against 15.6 us; 14336 x 4096: 28.6 against 36.0;
-#: 4096 x 14336: 26.3 against 35.4), at N = 8 behind on 14336 x 4096 (the narrow step's 35.8 the
-#: faster) and ahead on 4096 x 14336 (32.8 against 35.5); Q8_0 at N = 6 ahead on the K = 4096 shapes
-#: (13.4 against 17.0, 32.3 against 38.0), behind on 4096 x 14336 from N = 5 (the narrow step's 37.1
-#: the faster). N = 7 is not measured.
+#: then the small-batch wgmma step (11_wgmma_small.cu: weights as the wgmma's M, tokens as its N)
+#: to N = WGMMA_SMALL_MAX_N, then the narrow wgmma step (9_wgmma_narrow.cu) to 64 and the fifth
+#: step past it. From the H100 records bench_results/nvidia-h100-80gb-hbm3/2026-11-27/ (cold, calls
+#: replayed from a CUDA graph, the three Llama-3-8B shapes): the decode kernel in packed-065600.json
+#: (N = 1 to 6), the small step in small-081118.json and small-prefetch-081629.json (N = 1 to 64).
+#: Q4_0, rows of 14336: decode 21.2 us at N = 4 against the small step's 22.9, 23.6 at N = 5
+#: against about 23; rows of 4096: decode ahead at N = 3 on 4096 x 4096 (10.1 against 10.7), behind
+#: from N = 4 (11.2 against 10.7; 14336 x 4096: 24.4 against 20.3). Q8_0, rows of 14336: decode
+#: 26.5 at N = 4 against 32.3, 44.9 at N = 5; rows of 4096: decode ahead to N = 5 on 4096 x 4096
+#: (12.5 against 13.6), level on 14336 x 4096 (28.6 against 28.7), behind at N = 6 there (32.3
+#: against 28.8). The small step against the narrow one: ahead to N = 32 on every shape (Q4_0 4096 x
+#: 14336: 29.2 against 35.6), behind from N = 48 (40.8 against 36.0; it keeps only two blocks in
+#: flight at 64 tokens). N = 7, 40 and 56 are not measured: between measured N the threshold is a
+#: choice. The sweep small-sweep-082729.json (N = 1 to 6, 8 ... 512, the three kernels in one run)
+#: prints this choice beside the fastest of ours: the same in 94 of 96 cells, the two others within
+#: 3 % (Q4_0 14336 x 4096, N = 3: decode 20.9 against 20.3; Q8_0 4096 x 4096, N = 6: small 13.7
+#: against decode 13.5).
 #: The thresholds below (the decode kernel against the fifth step, split-K wgmma) are read off the H100 sweep
 #: bench_results/nvidia-h100-80gb-hbm3/2026-11-24/sweep-143850.json (cold): with 32 row tiles
 #: (M = 4096) the decode kernel is ahead of the split-K kernel to N = 8 (Q4_0 33.8 against 52.1 us at
@@ -363,8 +372,9 @@ CPU_GEMV_MAX_N = 2
 CPU_GEMV_MAX_K = {1: 4096, 2: 1536}
 DECODE_MAX_N_FEW_TILES = 8  # N up to which the decode kernel runs when M/128 < SMs/2
 DECODE_MAX_N = 5  # otherwise
-#: on Hopper, for the formats with the narrow wgmma step: (rows of K <= 4096, longer rows)
-DECODE_MAX_N_NARROW = {"q4_0": (6, 8), "q8_0": (6, 4)}
+#: on Hopper, for the formats with the wgmma steps: (rows of K <= 4096, longer rows)
+DECODE_MAX_N_HOPPER = {"q4_0": (3, 4), "q8_0": (5, 4)}
+WGMMA_SMALL_MAX_N = 32  #: on Hopper, the small-batch wgmma step from there to here
 #: The formats whose tensor-core kernel is the mma.sync step (Q4_1, Q4_K, Q6_K: no wgmma kernel), in
 #: its split-K launch (10_mma_splitk.cu): the decode kernel to N = 8 (Q4_1) or 16 (Q4_K, Q6_K). From
 #: the H100 record bench_results/nvidia-h100-80gb-hbm3/2026-11-27/mma-zfill-003322.json (cold,
@@ -425,12 +435,13 @@ def pick_cuda_kernel(wfmt: str, N: int, M: int | None, cc: tuple[int, int], sms:
     if wfmt in DECODE_MAX_N_MMA:
         small = N <= DECODE_MAX_N_MMA[wfmt]
     elif cc == (9, 0) and f"cuda_{wfmt}_q8_1_wgmma_narrow" in KERNELS:
-        short_rows, long_rows = DECODE_MAX_N_NARROW[wfmt]
+        short_rows, long_rows = DECODE_MAX_N_HOPPER[wfmt]
         small = N <= (long_rows if K is not None and K > 4096 else short_rows)
     if cc >= (8, 0) and small:
         names = [f"cuda_{wfmt}_q8_1_decode"]
     elif cc == (9, 0):
-        names = [f"cuda_{wfmt}_q8_1_wgmma_{s}" for s in ("narrow", "splitk")]
+        names = [f"cuda_{wfmt}_q8_1_wgmma_small"] if N <= WGMMA_SMALL_MAX_N else []
+        names += [f"cuda_{wfmt}_q8_1_wgmma_{s}" for s in ("narrow", "splitk")]
         names += [f"cuda_{wfmt}_q8_1_mma_splitk", f"cuda_{wfmt}_q8_1_mma"]
     elif cc >= (8, 0):
         # The mma steps stage 172 to 201 KB of shared memory per CTA: more than Ampere and Ada allow

@@ -63,8 +63,10 @@ DEFAULT_KERNELS = (
     "cuda_{w}_q8_1_wgmma_ws",
     "cuda_{w}_q8_1_wgmma_splitk",
     "cuda_{w}_q8_1_wgmma_narrow",
+    "cuda_{w}_q8_1_wgmma_small",
 )
 DECODE_MAX_N = 64  #: the decode kernel's time grows with N (a pass per 8 tokens): not timed beyond
+SMALL_MAX_N = 64  #: past 64 tokens the small-batch wgmma step runs the fifth step: not timed twice
 COLD_FACTOR = 4.0  #: cold copies total at least this many times the L2
 
 #: Vendor datasheet figures (dense, no sparsity), by torch.cuda.get_device_name(). Leads, not
@@ -458,7 +460,7 @@ def measure_shape(
         sides: list[tuple[Side, object, object, int, object]] = []  # side, cold runner, warm runner, copies, output
 
         for k in ours:
-            if "decode" in k.name and N > DECODE_MAX_N:
+            if ("decode" in k.name and N > DECODE_MAX_N) or (k.name.endswith("_wgmma_small") and N > SMALL_MAX_N):
                 continue
             # llama.cpp's activation bytes (s = sum(x)) wherever the kernel can take them: the
             # kernels that quantize A themselves where they offer it, the others through the quantizer.

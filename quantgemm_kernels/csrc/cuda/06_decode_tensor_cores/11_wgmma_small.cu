@@ -23,10 +23,23 @@
 // every output bit is the sixth step's (a test checks it); the accumulator's layout is transposed
 // (a thread holds 2 rows x NT / 4 tokens instead of 2 tokens x 32 rows).
 // Measured (H100, cold, graph-replayed calls, llama.cpp and cuBLAS in the same run;
-// bench_results/nvidia-h100-80gb-hbm3/2026-11-27/small-081118.json), Q4_0, M = 4096, K = 14336, us:
-// N = 8 22.9 against llama.cpp's 34.8 and the sixth step's 35.2; N = 16 25.3 / 38.7 / 35.5;
-// N = 32 30.9 / 47.5 / 35.6; N = 64 42.1 / 63.1 / 36.5 (two sets in flight only: the sixth step
-// stays faster there). At N = 1 (22.6) the decode kernel (15.3) is the one to run.
+// bench_results/nvidia-h100-80gb-hbm3/2026-11-27/small-sweep-082729.json), Q4_0, M = 4096,
+// K = 14336, median us: N = 8 23.0 against llama.cpp's 34.8, the sixth step's 35.6 and cuBLAS fp16's
+// 43.6; N = 16 24.8 / 38.8 / 35.6; N = 32 29.2 / 47.4 / 35.9; N = 64 41.4 / 62.6 / 36.4 (two sets in
+// flight only: the sixth step stays faster from N = 48). At N <= 4 the decode kernel is faster
+// (21.2 against 22.9 at N = 4).
+// Where the time goes (Nsight Compute, Q4_0, 4096 x 14336; small-ncu-n16.txt, and stall counts per
+// issued instruction from a run of the same driver): one CTA per SM (shared memory), 2.2 warps per scheduler issuing 0.4 instructions a cycle,
+// DRAM at 41 % of its peak; per issued instruction at N = 8 a warp waits 2.15 cycles on the long
+// scoreboard (the mbarrier of a stage whose bytes have not landed: the consumers wait for data),
+// 0.7 on wgmma_wait and 0.5 on the tensor cores. The weights arrive more slowly than the memory
+// could send them: the next step is to find what bounds the box copies per SM (128 rows of 144
+// bytes, 8064 bytes apart, per K step).
+// Kept: the K step's raw words and scales read at its start, and each block's pairs read before
+// the wait for its wgmma (the wgmma fences are compiler barriers: a load beside its block's wgmma
+// waits out its latency there): 30.9 -> 29.2 us at N = 32, 25.3 -> 24.9 at N = 16.
+// Tried and lost: the weight box's L2 promotion at 256 bytes, 64 bytes or none instead of 128
+// (within 0.5 us at N = 8, 16, 32 on 4096 x 14336 and 14336 x 4096, Q4_0 and Q8_0).
 // Grid: x = ceil(M / 128), z = the fifth step's splits (gemm.h's wgmma_splits); 288 threads: two
 // consumer warpgroups (rows 0..63, 64..127 of the tile) and a producer warp. N > 64, or rows whose
 // K steps are not 16-byte aligned (K / 32 not a multiple of 8: no TMA box), go to the sixth step.
@@ -117,14 +130,19 @@ __device__ __forceinline__ uint32_t raw_word(const uint8_t* row, int base, int t
 
 // The end of a K step: blocks KB - SETS .. KB - 1 are pending; scale each once its group is done
 // (KB - 1 - b groups may still run). wgmma_wait takes the count at compile time, hence the recursion.
-template <int SETS, int J = 0, class Scale, class Stage_>
-__device__ __forceinline__ void wait_and_scale_tail(Scale& scale, const Stage_& cur) {
+template <int SETS, int J = 0, class Load, class Scale, class Stage_>
+__device__ __forceinline__ void wait_and_scale_tail(Load& load_da, Scale& scale, const Stage_& cur) {
     if constexpr (J < SETS) {
+        const auto p = load_da(cur, KB - SETS + J);
         wgmma_wait<SETS - 1 - J>();
-        scale(cur, KB - SETS + J);
-        wait_and_scale_tail<SETS, J + 1>(scale, cur);
+        scale(KB - SETS + J, p);
+        wait_and_scale_tail<SETS, J + 1>(load_da, scale, cur);
     }
 }
+template <int NT>
+struct Pairs {  // a thread's (d_a 2^64, c) pairs of one block: tokens 8j + 2t and 8j + 2t + 1, j < NT / 8
+    float4 v[NT / 8];
+};
 #endif
 
 template <class WF, int NT, bool SPLIT>
@@ -203,31 +221,52 @@ __global__ void __launch_bounds__(SM_THREADS, 1)
     int D[SETS][NT / 2];
     uint32_t A[SETS][4];
     float dw[SETS][2];
-    auto issue = [&](const St& cur, int b) {
+    // A K step's raw words and weight scales, read at its start: the loads are in flight together
+    // (the wgmma fences below are compiler barriers: a load written beside its block's wgmma
+    // waits out its latency there, block after block).
+    constexpr int RW = WF::offset == 8 ? 2 : 4;  // words per block: Q4_0 a word per row, Q8_0 two
+    uint32_t raw[KB][RW];
+    fp16_bits raw_d[KB][2];
+    auto load_raw = [&](const St& cur) {
         const uint8_t* row0 = &cur.w[r0][0];
         const uint8_t* row1 = &cur.w[r0 + 8][0];
-        uint32_t(&a)[4] = A[b % SETS];
-        if constexpr (WF::offset == 8) {  // Q4_0: the word of bytes 4t .. 4t + 3
-            const uint32_t v0 = raw_word(row0, b * B + 2, t), v1 = raw_word(row1, b * B + 2, t);
-            a[0] = q4_0_signed_lo(v0), a[1] = q4_0_signed_lo(v1), a[2] = q4_0_signed_hi(v0), a[3] = q4_0_signed_hi(v1);
-        } else {  // Q8_0: the words at bytes 4t and 16 + 4t
-            a[0] = raw_word(row0, b * B + 2, t), a[1] = raw_word(row1, b * B + 2, t);
-            a[2] = raw_word(row0, b * B + 18, t), a[3] = raw_word(row1, b * B + 18, t);
+#pragma unroll
+        for (int b = 0; b < KB; b++) {
+            raw[b][0] = raw_word(row0, b * B + 2, t), raw[b][1] = raw_word(row1, b * B + 2, t);
+            if constexpr (RW == 4) raw[b][2] = raw_word(row0, b * B + 18, t), raw[b][3] = raw_word(row1, b * B + 18, t);
+            raw_d[b][0] = *(const fp16_bits*)(row0 + b * B);
+            raw_d[b][1] = *(const fp16_bits*)(row1 + b * B);
         }
-        dw[b % SETS][0] = scale_to_float(*(const fp16_bits*)(row0 + b * B)) * DW;
-        dw[b % SETS][1] = scale_to_float(*(const fp16_bits*)(row1 + b * B)) * DW;
+    };
+    auto issue = [&](const St& cur, int b) {
+        uint32_t(&a)[4] = A[b % SETS];
+        if constexpr (WF::offset == 8) {  // Q4_0: the word of bytes 4t .. 4t + 3 of each row
+            a[0] = q4_0_signed_lo(raw[b][0]), a[1] = q4_0_signed_lo(raw[b][1]);
+            a[2] = q4_0_signed_hi(raw[b][0]), a[3] = q4_0_signed_hi(raw[b][1]);
+        } else {  // Q8_0: the words at bytes 4t and 16 + 4t
+            a[0] = raw[b][0], a[1] = raw[b][1], a[2] = raw[b][2], a[3] = raw[b][3];
+        }
+        dw[b % SETS][0] = scale_to_float(raw_d[b][0]) * DW;
+        dw[b % SETS][1] = scale_to_float(raw_d[b][1]) * DW;
         wgmma_fence();  // the A registers were written, and earlier reads of this set come first
         wgmma_rs<0>(D[b % SETS], ones_a, ones_desc);  // 2^19 everywhere
         wgmma_rs<1>(D[b % SETS], a, smem_desc(&cur.a[b][0]));
         wgmma_commit();
     };
+    // The tokens' (d_a 2^64, c) of block b: read before the wait for its wgmma.
+    auto load_da = [&](const St& cur, int b) {
+        Pairs<NT> p;
+#pragma unroll
+        for (int j = 0; j < NT / 8; j++) p.v[j] = *(const float4*)&cur.ad[b][8 * j + 2 * t];  // tokens 8j + 2t, + 1
+        return p;
+    };
     // d[4j + q]: row r0 + 8 (q / 2), token 8j + 2t + q % 2: x = d_a sumi 2^-85, then d_w x.
-    auto scale = [&](const St& cur, int b) {
+    auto scale = [&](int b, const Pairs<NT>& p) {
         int(&d)[NT / 2] = D[b % SETS];
         fence_regs(d);
 #pragma unroll
         for (int j = 0; j < NT / 8; j++) {
-            const float4 da = *(const float4*)&cur.ad[b][8 * j + 2 * t];  // tokens 8j + 2t, + 1
+            const float4 da = p.v[j];
 #pragma unroll
             for (int q = 0; q < 4; q++) {
                 const float dax = q % 2 ? da.z : da.x, c = q % 2 ? da.w : da.y;
@@ -242,15 +281,17 @@ __global__ void __launch_bounds__(SM_THREADS, 1)
         const int i = (s - s_begin) % STAGES, round = (s - s_begin) / STAGES;
         const St& cur = sm.st[i];
         bar_wait(&sm.full[i], round & 1);
+        load_raw(cur);
 #pragma unroll
         for (int b = 0; b < KB; b++) {
             if (b >= SETS) {  // block b - SETS's set is needed again: SETS groups pending, the oldest must be done
+                const Pairs<NT> p = load_da(cur, b - SETS);
                 wgmma_wait<SETS - 1>();
-                scale(cur, b - SETS);
+                scale(b - SETS, p);
             }
             issue(cur, b);
         }
-        wait_and_scale_tail<SETS>(scale, cur);
+        wait_and_scale_tail<SETS>(load_da, scale, cur);
         bar_arrive(&sm.empty[i]);  // every thread: an arrival releases the arriving thread's reads
     }
     // acc[4j + q]: token 8j + 2t + q % 2, row m0 + r0 + 8 (q / 2)
