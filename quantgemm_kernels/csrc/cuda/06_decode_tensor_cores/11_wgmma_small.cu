@@ -49,7 +49,7 @@ namespace gpu {
 namespace wg {
 namespace {
 constexpr int SM_CONSUMERS = 256, SM_THREADS = SM_CONSUMERS + 128;  // two consumer warpgroups, a producer
-constexpr int SMEM_BUDGET = 220 * 1024;  // for the stages; the H100's limit is 227 KB a CTA
+constexpr int SMEM_BUDGET = 220 * 1024;                             // for the stages; the H100's limit is 227 KB a CTA
 
 // d (64 x NT int32, NT / 2 registers per thread) = A (64 x 32 int8, 4 registers) * B (NT x 32 int8,
 // shared memory) [+ d if SCALE_D].
@@ -80,8 +80,8 @@ __device__ __forceinline__ void wgmma_rs(int (&d)[16], const uint32_t (&a)[4], u
         "wgmma.mma_async.sync.aligned.m64n32k32.s32.s8.s8 "
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
         "{%16, %17, %18, %19}, %20, p;\n}\n"
-        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]),
-          "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15])
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), "+r"(d[8]),
+          "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(SCALE_D));
 }
 template <int SCALE_D>
@@ -92,10 +92,10 @@ __device__ __forceinline__ void wgmma_rs(int (&d)[32], const uint32_t (&a)[4], u
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
         "{%32, %33, %34, %35}, %36, p;\n}\n"
-        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]),
-          "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]),
-          "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]),
-          "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31])
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), "+r"(d[8]),
+          "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]), "+r"(d[16]),
+          "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]), "+r"(d[24]),
+          "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(SCALE_D));
 }
 
@@ -108,9 +108,8 @@ struct SmallStage {
     uint8_t w[BM][RAW_ROW];                 // the weights' K step, as the TMA box wrote it
 };
 template <class WF, int NT>
-constexpr int SMALL_STAGES = SMEM_BUDGET / (int)sizeof(SmallStage<WF, NT>) < 8
-                                 ? SMEM_BUDGET / (int)sizeof(SmallStage<WF, NT>)
-                                 : 8;
+constexpr int SMALL_STAGES =
+    SMEM_BUDGET / (int)sizeof(SmallStage<WF, NT>) < 8 ? SMEM_BUDGET / (int)sizeof(SmallStage<WF, NT>) : 8;
 template <class WF, int NT>
 struct SmallSmem {
     SmallStage<WF, NT> st[SMALL_STAGES<WF, NT>];
@@ -221,6 +220,7 @@ __global__ void __launch_bounds__(SM_THREADS, 1)
     int D[SETS][NT / 2];
     uint32_t A[SETS][4];
     float dw[SETS][2];
+    // [excerpt: small_fragment]
     // A K step's raw words and weight scales, read at its start: the loads are in flight together
     // (the wgmma fences below are compiler barriers: a load written beside its block's wgmma
     // waits out its latency there, block after block).
@@ -239,7 +239,7 @@ __global__ void __launch_bounds__(SM_THREADS, 1)
         }
     };
     auto issue = [&](const St& cur, int b) {
-        uint32_t(&a)[4] = A[b % SETS];
+        uint32_t (&a)[4] = A[b % SETS];
         if constexpr (WF::offset == 8) {  // Q4_0: the word of bytes 4t .. 4t + 3 of each row
             a[0] = q4_0_signed_lo(raw[b][0]), a[1] = q4_0_signed_lo(raw[b][1]);
             a[2] = q4_0_signed_hi(raw[b][0]), a[3] = q4_0_signed_hi(raw[b][1]);
@@ -253,6 +253,7 @@ __global__ void __launch_bounds__(SM_THREADS, 1)
         wgmma_rs<1>(D[b % SETS], a, smem_desc(&cur.a[b][0]));
         wgmma_commit();
     };
+    // [end excerpt: small_fragment]
     // The tokens' (d_a 2^64, c) of block b: read before the wait for its wgmma.
     auto load_da = [&](const St& cur, int b) {
         Pairs<NT> p;
@@ -262,7 +263,7 @@ __global__ void __launch_bounds__(SM_THREADS, 1)
     };
     // d[4j + q]: row r0 + 8 (q / 2), token 8j + 2t + q % 2: x = d_a sumi 2^-85, then d_w x.
     auto scale = [&](int b, const Pairs<NT>& p) {
-        int(&d)[NT / 2] = D[b % SETS];
+        int (&d)[NT / 2] = D[b % SETS];
         fence_regs(d);
 #pragma unroll
         for (int j = 0; j < NT / 8; j++) {
