@@ -39,7 +39,12 @@
 // the wait for its wgmma (the wgmma fences are compiler barriers: a load beside its block's wgmma
 // waits out its latency there): 30.9 -> 29.2 us at N = 32, 25.3 -> 24.9 at N = 16.
 // Tried and lost: the weight box's L2 promotion at 256 bytes, 64 bytes or none instead of 128
-// (within 0.5 us at N = 8, 16, 32 on 4096 x 14336 and 14336 x 4096, Q4_0 and Q8_0).
+// (within 0.5 us at N = 8, 16, 32 on 4096 x 14336 and 14336 x 4096, Q4_0 and Q8_0). CTAs of 64
+// rows (one consumer warpgroup and a producer warp, 160 threads, 108 KB of stages, __maxnreg__(200))
+// meant to run two per SM, each with its own copies in flight: Nsight Compute still found one per
+// SM (its block limits for registers and shared memory both 1; 4.9 warps per SM), and N = 16 took
+// 29.7 us against 24.8 (small-64rows-083801.json, the same splits, every bit the same: its tests
+// passed).
 // Grid: x = ceil(M / 128), z = the fifth step's splits (gemm.h's wgmma_splits); 288 threads: two
 // consumer warpgroups (rows 0..63, 64..127 of the tile) and a producer warp. N > 64, or rows whose
 // K steps are not 16-byte aligned (K / 32 not a multiple of 8: no TMA box), go to the sixth step.
