@@ -1645,6 +1645,71 @@ def check_magic_range(lo, hi):
     return True
 
 
+def _fragment_values(raw: np.ndarray, fmt: str) -> np.ndarray:
+    """The int8 values [16 rows, 32 k] a warp's wgmma A fragment must hold for one block per row."""
+    qs = raw[:, 2:]
+    if fmt == "q8_0":
+        return qs[:, :32].copy().view(np.int8)
+    if fmt != "q4_0":
+        raise ValueError(f"the fragment exercise takes q8_0 or q4_0, not {fmt!r}")
+    q = np.concatenate([qs & 0x0F, qs >> 4], axis=1).astype(np.int32)  # Q4_0: 16 (q - 8), as the kernels store it
+    return (16 * (q - 8)).astype(np.int8)
+
+
+def _fragment_registers(vals: np.ndarray, lane: int, swapped: bool = False) -> list[int]:
+    """Lane's 4 registers in step 7's layout (register i: row g + 8 (i % 2), k = 4t + 16 (i // 2) + byte),
+    or with the roles of i % 2 and i // 2 exchanged (swapped)."""
+    g, t = lane // 4, lane % 4
+    regs = []
+    for i in range(4):
+        hi_row, hi_k = (i // 2, i % 2) if swapped else (i % 2, i // 2)
+        row, k0 = g + 8 * hi_row, 4 * t + 16 * hi_k
+        regs.append(int.from_bytes(vals[row, k0 : k0 + 4].tobytes(), "little"))
+    return regs
+
+
+def check_fragment(my_fragment, fmt: str = "q8_0"):
+    """Exercise 6: my_fragment(raw, lane) = the 4 32-bit registers of lane `lane` in the A fragment of
+    step 7's wgmma (11_wgmma_small.cu), for a warp's 16 rows of one block each (raw: 16 x block bytes)."""
+    from . import formats as F
+
+    rng = np.random.default_rng(6)
+    for trial in range(3):
+        W = rng.standard_normal((16, 32)).astype(np.float32) * (10.0**trial)
+        raw = F.quantize_q8_0(W) if fmt == "q8_0" else F.quantize_q4_0(W)
+        vals = _fragment_values(raw, fmt)
+        for lane in range(32):
+            got = my_fragment(raw.copy(), lane)
+            if got is None:
+                print("Not yet: the function returned None.")
+                return False
+            got = [int(x) & 0xFFFFFFFF for x in got]
+            if len(got) != 4:
+                print(f"Lane {lane}: {len(got)} registers; a lane holds 4 of the fragment (16 of its 512 values).")
+                return False
+            want = _fragment_registers(vals, lane)
+            if got == want:
+                continue
+            g, t = lane // 4, lane % 4
+            i = next(j for j in range(4) if got[j] != want[j])
+            v0 = next(b for b in range(4) if (got[i] >> 8 * b) & 0xFF != (want[i] >> 8 * b) & 0xFF)
+            row, k = g + 8 * (i % 2), 4 * t + 16 * (i // 2) + v0
+            byte = np.array([(got[i] >> 8 * v0) & 0xFF], np.uint8).view(np.int8)[0]
+            hint = ""
+            if got == _fragment_registers(vals, lane, swapped=True):
+                hint = " Registers 1 and 2 are exchanged: register 1 is the second row (g + 8), register 2 the k + 16 half."
+            elif [int.from_bytes(r.to_bytes(4, "little")[::-1], "little") for r in got] == want:
+                hint = " The bytes of each register are reversed: value k sits in byte k % 4 from the low end (little-endian)."
+            print(
+                f"Lane {lane} (g = {g}, t = {t}), register {i}, byte {v0}: got {byte}, expected {vals[row, k]}, "
+                f"the value of row {row}, k = {k} (the block's quants start at byte 2, after d).{hint}"
+            )
+            return False
+    where = "its two rows' words at quants bytes 4t and 16 + 4t" if fmt == "q8_0" else "one word per row, bytes 4t"
+    print(f"Correct: all 32 lanes' 4 registers, {fmt.upper()} blocks of three value ranges; each lane reads {where}.")
+    return True
+
+
 # ---- chapter 07 ----
 
 

@@ -433,6 +433,48 @@ def test_chapter6_checkers():
     assert 8 * 520192 <= 2**22 < 9 * 516128  # 'about 8 times over' for both
 
 
+def test_chapter6_fragment_checker():
+    """Exercise 6 (step 7's register fragment): the solution passes for Q8_0 (and the same idea
+    for Q4_0 with step 2's masks); exchanged registers, reversed bytes and offsets that forget the
+    block's d each fail, with the hint that names the mistake."""
+
+    def word(raw, row, off):
+        return int.from_bytes(raw[row, off : off + 4].tobytes(), "little")
+
+    def solution(raw, lane):
+        g, t = lane // 4, lane % 4
+        return [
+            word(raw, g, 2 + 4 * t),
+            word(raw, g + 8, 2 + 4 * t),
+            word(raw, g, 18 + 4 * t),
+            word(raw, g + 8, 18 + 4 * t),
+        ]
+
+    def q4_0(raw, lane):
+        g, t = lane // 4, lane % 4
+        v0, v1 = word(raw, g, 2 + 4 * t), word(raw, g + 8, 2 + 4 * t)
+        lo = [((v << 4) & 0xF0F0F0F0) ^ 0x80808080 for v in (v0, v1)]  # q4_0_signed_lo
+        hi = [(v & 0xF0F0F0F0) ^ 0x80808080 for v in (v0, v1)]  # q4_0_signed_hi
+        return [lo[0], lo[1], hi[0], hi[1]]
+
+    assert E.check_fragment(solution)
+    assert E.check_fragment(q4_0, fmt="q4_0")
+    assert not E.check_fragment(lambda raw, lane: None)
+
+    def swapped(raw, lane):
+        return [solution(raw, lane)[i] for i in (0, 2, 1, 3)]
+
+    def reversed_bytes(raw, lane):
+        return [int.from_bytes(r.to_bytes(4, "little")[::-1], "little") for r in solution(raw, lane)]
+
+    def no_d(raw, lane):
+        return [word(raw, lane // 4 + 8 * (i % 2), 4 * (lane % 4) + 16 * (i // 2)) for i in range(4)]
+
+    assert not E.check_fragment(swapped)
+    assert not E.check_fragment(reversed_bytes)
+    assert not E.check_fragment(no_d)
+
+
 def test_chapter7_checkers():
     gguf = pytest.importorskip("gguf")
     from quantgemm_kernels.model import smollm2_path
