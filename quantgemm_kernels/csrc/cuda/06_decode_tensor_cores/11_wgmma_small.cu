@@ -28,13 +28,13 @@
 // 43.6; N = 16 24.8 / 38.8 / 35.6; N = 32 29.2 / 47.4 / 35.9; N = 64 41.4 / 62.6 / 36.4 (two sets in
 // flight only: the sixth step stays faster from N = 48). At N <= 4 the decode kernel is faster
 // (21.2 against 22.9 at N = 4).
-// Where the time goes (Nsight Compute, Q4_0, 4096 x 14336; small-ncu-n16.txt, and stall counts per
-// issued instruction from a run of the same driver): one CTA per SM (shared memory), 2.2 warps per scheduler issuing 0.4 instructions a cycle,
-// DRAM at 41 % of its peak; per issued instruction at N = 8 a warp waits 2.15 cycles on the long
-// scoreboard (the mbarrier of a stage whose bytes have not landed: the consumers wait for data),
-// 0.7 on wgmma_wait and 0.5 on the tensor cores. The weights arrive more slowly than the memory
-// could send them: the next step is to find what bounds the box copies per SM (128 rows of 144
-// bytes, 8064 bytes apart, per K step).
+// Where the time goes (Nsight Compute, Q4_0, 4096 x 14336; small-ncu-n16.txt, and the stall counts
+// per issued instruction in small-ncu-stalls.txt): one CTA per SM (shared memory), 2.2 warps per
+// scheduler issuing 0.4 instructions a cycle, DRAM at about 42 % of its peak. Per issued instruction
+// at N = 8 a warp waits 2.15 cycles on the long scoreboard, 0.7 on wgmma_wait and 0.5 on the tensor
+// cores. The consumers issue no global loads, so the long scoreboard is most plausibly the stage
+// mbarriers' try_wait: the weights reach the stages more slowly than memory could send them. Next:
+// find what bounds the box copies per SM (128 rows of 144 bytes, 8064 bytes apart, per K step).
 // Kept: the K step's raw words and scales read at its start, and each block's pairs read before
 // the wait for its wgmma (the wgmma fences are compiler barriers: a load beside its block's wgmma
 // waits out its latency there): 30.9 -> 29.2 us at N = 32, 25.3 -> 24.9 at N = 16.
@@ -45,8 +45,9 @@
 // SM (its block limits for registers and shared memory both 1; 4.9 warps per SM), and N = 16 took
 // 29.7 us against 24.8 (small-64rows-083801.json, the same splits, every bit the same: its tests
 // passed).
-// Grid: x = ceil(M / 128), z = the fifth step's splits (gemm.h's wgmma_splits); 288 threads: two
-// consumer warpgroups (rows 0..63, 64..127 of the tile) and a producer warp. N > 64, or rows whose
+// Grid: x = ceil(M / 128), z = the fifth step's splits (gemm.h's wgmma_splits); 384 threads: two
+// consumer warpgroups (rows 0..63, 64..127 of the tile, setmaxnreg 232) and a producer warpgroup
+// (setmaxnreg 40) of which one thread issues the copies. N > 64, or rows whose
 // K steps are not 16-byte aligned (K / 32 not a multiple of 8: no TMA box), go to the sixth step.
 #include "wgmma_ws.cuh"
 
