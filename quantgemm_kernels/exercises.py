@@ -1646,14 +1646,16 @@ def check_magic_range(lo, hi):
 
 
 def _fragment_values(raw: np.ndarray, fmt: str) -> np.ndarray:
-    """The int8 values [16 rows, 32 k] a warp's wgmma A fragment must hold for one block per row."""
-    qs = raw[:, 2:]
-    if fmt == "q8_0":
-        return qs[:, :32].copy().view(np.int8)
-    if fmt != "q4_0":
+    """The int8 values [16 rows, 32 k] a warp's wgmma A fragment must hold for one block per row: the
+    format's quants less its offset, Q4_0's times 16 (the nibble at the top of its byte, as the
+    kernels store it)."""
+    from . import formats as F
+
+    if fmt not in ("q8_0", "q4_0"):
         raise ValueError(f"the fragment exercise takes q8_0 or q4_0, not {fmt!r}")
-    q = np.concatenate([qs & 0x0F, qs >> 4], axis=1).astype(np.int32)  # Q4_0: 16 (q - 8), as the kernels store it
-    return (16 * (q - 8)).astype(np.int8)
+    spec = F.spec(fmt)
+    q = spec.quants(raw.view(spec.dtype)[:, 0]).astype(np.int32) - spec.offset
+    return (q * (16 if fmt == "q4_0" else 1)).astype(np.int8)
 
 
 def _fragment_registers(vals: np.ndarray, lane: int, swapped: bool = False) -> list[int]:
