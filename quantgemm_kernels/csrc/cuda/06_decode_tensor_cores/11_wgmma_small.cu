@@ -319,17 +319,15 @@ void launch_small(const GemmProblem& p, cudaStream_t stream, int splits, float* 
     const int64_t plane = (int64_t)p.N * p.M;
     wgmma_prepare_and_launch<WF>(p, stream, [&](dim3 grid, const uint8_t* ws, const CUtensorMap& wmap, float*, int N) {
         grid.z = splits;
-        if (splits > 1) {
-            cudaFuncSetAttribute(wgmma_small_kernel<WF, NT, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)smem);
-            launch_maybe_pdl(wgmma_small_kernel<WF, NT, true>, grid, dim3(SM_THREADS), smem, stream, true, ws, wmap,
-                             out, plane, N, p.M, p.K);
-        } else {
-            cudaFuncSetAttribute(wgmma_small_kernel<WF, NT, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)smem);
-            launch_maybe_pdl(wgmma_small_kernel<WF, NT, false>, grid, dim3(SM_THREADS), smem, stream, true, ws, wmap,
-                             out, plane, N, p.M, p.K);
-        }
+        // SPLIT is a template argument of the kernel: the same launch for either instance
+        auto launch = [&](auto kernel) {
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+            launch_maybe_pdl(kernel, grid, dim3(SM_THREADS), smem, stream, true, ws, wmap, out, plane, N, p.M, p.K);
+        };
+        if (splits > 1)
+            launch(wgmma_small_kernel<WF, NT, true>);
+        else
+            launch(wgmma_small_kernel<WF, NT, false>);
     });
 }
 }  // namespace
