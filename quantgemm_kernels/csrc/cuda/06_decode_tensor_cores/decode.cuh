@@ -256,14 +256,14 @@ __global__ void __launch_bounds__(DEC_THREADS, sizeof(typename WF::block) < 32 ?
 #pragma unroll
     for (int t = 0; t < T; t++) acc[t] = 0.0f;
     // [excerpt: finish_row]
-    // Butterfly sum over each aligned segment of `seg` lanes (the whole warp, or the nu lanes of one
+    // Butterfly sum over each aligned segment of `width` lanes (the whole warp, or the nu lanes of one
     // row of a packed step; fixed order), the segment's first lane writes row r0 + its segment.
-    auto finish_rows = [&](int r0, int seg) {
+    auto finish_rows = [&](int r0, int width) {
 #pragma unroll
         for (int t = 0; t < T; t++) {
-            for (int off = seg / 2; off > 0; off >>= 1) acc[t] += __shfl_xor_sync(QG_FULL_MASK, acc[t], off);
-            const int r = r0 + lane / seg;
-            if (lane % seg == 0 && r < M) {
+            for (int off = width / 2; off > 0; off >>= 1) acc[t] += __shfl_xor_sync(QG_FULL_MASK, acc[t], off);
+            const int r = r0 + lane / width;
+            if (lane % width == 0 && r < M) {
                 float* c = C + (int64_t)t * M + r;
                 *c = accumulate ? *c + acc[t] : acc[t];
             }
