@@ -299,11 +299,11 @@ def graphed(fn):
     returned as it is, ``(fn, "eager (...)")``, and its rows say so."""
     import torch
 
+    from .bench.timing import capture_graph
+
     torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
     try:
-        with torch.cuda.graph(g):
-            fn()
+        g = capture_graph(fn)
     except Exception as e:  # noqa: BLE001 (any failure to capture: run eagerly, and say so)
         torch.cuda.synchronize()
         return fn, f"eager (capture failed: {type(e).__name__})"

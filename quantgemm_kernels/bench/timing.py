@@ -24,6 +24,17 @@ class Timing:
     reps: int
 
 
+def capture_graph(fn, calls: int = 1) -> torch.cuda.CUDAGraph:
+    """``calls`` back-to-back calls of ``fn`` captured once into a CUDA graph, not yet replayed:
+    ``.replay()`` reruns their GPU work. The capture's one implementation, for :func:`time_samples`
+    and ``measure.graphed``; the caller synchronizes first and handles a failed capture."""
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(calls):
+            fn()
+    return g
+
+
 def time_samples(
     fn,
     device: str = "cpu",
@@ -48,10 +59,7 @@ def time_samples(
     if device == "cuda":
         torch.cuda.synchronize()
     if device == "cuda" and graph:
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            for _ in range(batch):
-                fn()
+        g = capture_graph(fn, batch)
         g.replay()
         torch.cuda.synchronize()
         fn = g.replay
