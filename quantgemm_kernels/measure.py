@@ -465,8 +465,9 @@ def measure_shape(
             # llama.cpp's activation bytes (s = sum(x)) wherever the kernel can take them: the
             # kernels that quantize A themselves where they offer it, the others through the quantizer.
             # W4A16 kernels (chapter 3, afmt f32) take float32 A as it is: no quantizer, no mode.
-            f32 = k.afmt == "f32"
-            mode = "d_sum_q" if f32 else ("sum_x" if (k.sum_x or not k.fused_quant) else "d_sum_q")
+            # The fp16 step (afmt f16) rounds A to fp16 itself: no Q8_1 either.
+            f32, f16 = k.afmt == "f32", k.afmt == "f16"
+            mode = "d_sum_q" if f32 or f16 else ("sum_x" if (k.sum_x or not k.fused_quant) else "d_sum_q")
             m = api._SUM_MODE[mode]
 
             def run(copies, calls, name=k.name, m=m, A=A, one_op=k.fused_quant or f32):
@@ -475,7 +476,7 @@ def measure_shape(
                     return lambda: [ops.gemm(A, ws[i % copies], name, m) for i in range(calls)]
                 return lambda: [ops.gemm(ops.quantize(A, "q8_1", m), ws[i % copies], name) for i in range(calls)]
 
-            out = api.gemm(A, Wq, k.name, q8_1_sum=None if f32 else mode)
+            out = api.gemm(A, Wq, k.name, q8_1_sum=None if f32 or f16 else mode)
             sides.append(
                 (
                     Side(
@@ -483,9 +484,11 @@ def measure_shape(
                         "ours",
                         "GEMM kernel alone (float32 A in, float32 C out; the weights' format times float32 A)"
                         if f32
+                        else "fp16 conversion of A + GEMM kernel (float32 A in, float32 C out)"
+                        if f16
                         else "activation quantizer + GEMM kernel (float32 A in, float32 C out)"
                         + ("" if k.fused_quant else "; two ops"),
-                        "" if f32 else mode,
+                        "" if f32 or f16 else mode,
                     ),
                     run,
                     Cq,

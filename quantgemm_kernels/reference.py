@@ -4,6 +4,7 @@ Convention (the whole course): ``W [M, K]`` weights, ``A [N, K]`` activations, `
 
 * ``f32 x f32``    : C = A @ W^T.
 * ``q4_0/q8_0 x f32`` (W4A16, W8A16): C = A @ dequantize(W)^T, weights dequantized exactly.
+* ``q4_0/q8_0 x f16`` (chapter 6's fp16 tensor-core step): C = fp16(A) @ fp16(dequantize(W))^T.
 * ``q4_0 x q8_1`` (W4A8): per block of 32, integer dot product of the raw quants, then scales.
   With q_w the raw Q4_0 nibble (0..15) and the true weight (q_w - 8) * d_w::
 
@@ -74,6 +75,16 @@ def gemm_f32(A: np.ndarray, W: np.ndarray) -> np.ndarray:
 def gemm_wq_af32(A: np.ndarray, Wq: np.ndarray, wfmt: str) -> np.ndarray:
     """W4A16 / W8A16: float activations times dequantized weights."""
     return gemm_f32(A, F.dequantize(Wq, wfmt))
+
+
+def gemm_wq_af16(A: np.ndarray, Wq: np.ndarray, wfmt: str) -> np.ndarray:
+    """fp16 tensor cores on quantized weights (chapter 6's fp16 step; llama.cpp's path through
+    cuBLAS): the activations rounded to fp16, each weight d (q - offset) rounded once to fp16, the
+    products summed here in float64. Values past fp16's range become inf, as on the GPU."""
+    with np.errstate(over="ignore"):
+        A16 = np.asarray(A, np.float32).astype(np.float16)
+        W16 = F.dequantize(Wq, wfmt).astype(np.float16)
+    return gemm_f32(A16, W16)
 
 
 def gemm_wq_aq8_1(Aq: np.ndarray, Wq: np.ndarray, wfmt: str, q4_0_formula: str = "compensated") -> np.ndarray:
@@ -203,6 +214,8 @@ def gemm(
         return gemm_f32(A, W)
     if afmt == "f32":
         return gemm_wq_af32(A, W, wfmt)
+    if afmt == "f16":
+        return gemm_wq_af16(A, W, wfmt)
     if afmt == "q8_1":
         return gemm_wq_aq8_1(F.quantize_q8_1(np.asarray(A, np.float32), q8_1_sum), W, wfmt, q4_0_formula)
     if afmt == "q8_k":

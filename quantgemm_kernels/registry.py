@@ -25,7 +25,9 @@ class Kernel:
     name: str
     device: str  #: "cpu" or "cuda"
     wfmt: str  #: weight format: "f32", "q4_0", "q4_1", "q8_0", "q4_k", "q6_k"
-    afmt: str  #: activation format the kernel consumes: "f32", "q8_1" or "q8_k" (gemm() quantizes A)
+    #: activation format the kernel consumes: "f32", "q8_1" or "q8_k" (gemm() quantizes A), or "f16"
+    #: (float32 A rounded to fp16 by the kernel itself: chapter 6's fp16 step, fused_quant)
+    afmt: str
     chapter: int
     title: str  #: the technique, in a few words
     #: the step file that defines the kernel, relative to ``csrc/<device>/`` (``"04_w4a8/3_dp4a.cu"``)
@@ -34,8 +36,8 @@ class Kernel:
     #: Q4_0 x Q8_1 formula (reference.gemm_wq_aq8_1): "compensated" (-8 * s_a, llama.cpp's MMVQ)
     #: or "signed" (nibbles made q - 8 before the integer dot, llama.cpp's MMQ on tensor cores)
     q4_0_formula: str = "compensated"
-    #: True: the kernel takes float32 A and quantizes it to Q8_1 itself, on the GPU, with no host
-    #: round trip (chapter 6; llama.cpp's mul_mat does the same). A non-finite activation block
+    #: True: the kernel takes float32 A and quantizes it to Q8_1 (afmt "f16": rounds it to fp16)
+    #: itself, on the GPU, with no host round trip (chapter 6; llama.cpp's mul_mat does the same). A non-finite activation block
     #: then makes every output it touches NaN instead of raising.
     fused_quant: bool = False
     #: fused_quant kernels only: True where the kernel can quantize A as llama.cpp's CUDA backend
@@ -500,6 +502,18 @@ _CUDA = [
         file="06_decode_tensor_cores/11_wgmma_small.cu",
     ),
     Kernel(
+        "cuda_q4_0_f16_wgmma",
+        "cuda",
+        "q4_0",
+        "f16",
+        6,
+        "fp16 wgmma for prefill: weights dequantized to fp16 in registers, activations rounded to fp16",
+        fused_quant=True,
+        min_sm=(9, 0),
+        max_sm=(9, 0),
+        file="06_decode_tensor_cores/12_wgmma_f16.cu",
+    ),
+    Kernel(
         "cuda_q4_0_q8_1_mma_splitk",
         "cuda",
         "q4_0",
@@ -599,6 +613,18 @@ _CUDA = [
         max_sm=(9, 0),
         sum_x=True,
         file="06_decode_tensor_cores/11_wgmma_small.cu",
+    ),
+    Kernel(
+        "cuda_q8_0_f16_wgmma",
+        "cuda",
+        "q8_0",
+        "f16",
+        6,
+        "fp16 wgmma for prefill: weights dequantized to fp16 in registers, activations rounded to fp16",
+        fused_quant=True,
+        min_sm=(9, 0),
+        max_sm=(9, 0),
+        file="06_decode_tensor_cores/12_wgmma_f16.cu",
     ),
     Kernel(
         "cuda_q8_0_q8_1_mma_splitk",

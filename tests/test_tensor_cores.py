@@ -23,8 +23,9 @@ def test_chapter_6_kernels_are_registered_as_fused():
     assert FUSED, "chapter 6 registers its kernels"
     for name in FUSED:
         k = qk.KERNELS[name]
-        # chapter 7 adds Q4_1 weights to chapter 6's decode step, chapter 8 the K-quants' decode kernels
-        assert k.device == "cuda" and k.afmt == "q8_1"
+        # chapter 7 adds Q4_1 weights to chapter 6's decode step, chapter 8 the K-quants' decode
+        # kernels; the fp16 step rounds A to fp16 instead of quantizing it
+        assert k.device == "cuda" and (k.afmt == "q8_1" or (k.afmt == "f16" and name.endswith("_f16_wgmma")))
         assert k.chapter == 6 or (k.chapter, k.wfmt) in ((7, "q4_1"), (8, "q4_k"), (8, "q6_k"))
 
 
@@ -61,9 +62,14 @@ def test_non_finite_activations_give_nan_for_their_token_only(kernel, bad):
     A[2, 300] = bad
     Wq = quantize_weights(torch.from_numpy(W).cuda(), k.wfmt)
     C = qk.gemm(torch.from_numpy(A).cuda(), Wq, kernel).cpu().numpy()
-    assert np.isnan(C[2]).all(), "the token holding a non-finite value gives NaN everywhere"
+    if k.afmt == "f16":  # fp16 carries inf through: inf x w is +-inf, or NaN where w is 0 or signs meet
+        assert not np.isfinite(C[2]).any(), "the token holding a non-finite value gives no finite output"
+        if np.isnan(bad):
+            assert np.isnan(C[2]).all(), "NaN in, NaN out"
+    else:
+        assert np.isnan(C[2]).all(), "the token holding a non-finite value gives NaN everywhere"
     ok = [0, 1, 3, 4]
-    ref = R.gemm(A[ok], Wq.cpu().numpy(), k.wfmt, "q8_1", q4_0_formula=k.q4_0_formula)
+    ref = R.gemm(A[ok], Wq.cpu().numpy(), k.wfmt, k.afmt, q4_0_formula=k.q4_0_formula)
     assert R.nmse(C[ok], ref) <= KERNEL_NMSE, "the other tokens are untouched"
 
 
@@ -88,7 +94,8 @@ def one_cta_per_tile(kernel: str) -> str:
 
 NARROW = [k for k in qk.KERNELS.values() if k.name.endswith("_narrow")]
 SMALL = [k for k in qk.KERNELS.values() if k.name.endswith("_small")]
-WGMMA = [k for k in qk.KERNELS.values() if "wgmma" in k.name and k not in SPLITK]
+WGMMA = [k for k in qk.KERNELS.values() if "wgmma" in k.name and k not in SPLITK and k.afmt == "q8_1"]
+F16 = [k for k in qk.KERNELS.values() if k.afmt == "f16"]
 
 
 @requires_cuda
@@ -199,7 +206,7 @@ def test_small_tiles_compute_the_narrow_steps_bits(kernel, dist, M, N, K):
 
 
 @requires_cuda
-@pytest.mark.parametrize("kernel", [k.name for k in WGMMA])
+@pytest.mark.parametrize("kernel", [k.name for k in WGMMA + F16])
 def test_wgmma_kernels_refuse_other_gpus(kernel, monkeypatch):
     """sm_90a code runs on compute capability 9.0 only: other GPUs get a clear error, not a launch failure."""
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (10, 0))
@@ -236,6 +243,7 @@ def test_every_chapter_6_kernel_but_a_ladder_step_offers_the_sum_x_mode():
             "cuda_q8_0_q8_1_mma_splitk",
             "cuda_q6_k_q8_1_mma_splitk",
         )
+        and qk.KERNELS[n].afmt == "q8_1"  # the fp16 step has no Q8_1 activations at all
     }
     assert {k.name for k in DECODE_SUM_X} == {
         "cuda_q4_0_q8_1_decode",
@@ -249,8 +257,33 @@ def test_every_chapter_6_kernel_but_a_ladder_step_offers_the_sum_x_mode():
 
 @pytest.mark.parametrize("kernel", [n for n in FUSED if not qk.KERNELS[n].sum_x])
 def test_kernels_without_the_mode_refuse_it_before_launching(kernel):
-    with pytest.raises(ValueError, match="no sum_x mode"):
+    match = "no sum_x mode" if qk.KERNELS[kernel].afmt == "q8_1" else "takes f16 activations: q8_1_sum does not apply"
+    with pytest.raises(ValueError, match=match):
         qk.gemm(torch.zeros(1, 32), torch.zeros(1, 18, dtype=torch.uint8), kernel, q8_1_sum="sum_x")
+
+
+# The fp16 step on LLM sizes and on the paths only they reach: split K (few tiles), one split (512
+# tokens), many token tiles, rows with no TMA box (K / 32 = 33, 45: weights read from global memory),
+# one token, ragged everything.
+F16_SHAPES = [
+    (4096, 512, 14336),
+    (4096, 256, 4096),
+    (14336, 300, 4096),
+    (1000, 129, 14336),
+    (257, 700, 1056),
+    (130, 1, 256),
+    (33, 17, 21760),
+    (77, 260, 1440),
+]
+
+
+@requires_cuda
+@pytest.mark.parametrize("kernel", [kernel_param(k) for k in F16])
+@pytest.mark.parametrize("dist", ["normal", "outliers", "tiny"])
+@pytest.mark.parametrize("M,N,K", F16_SHAPES, ids=lambda v: str(v))
+def test_fp16_step_on_llm_sizes(kernel, dist, M, N, K):
+    err, C, ref = check_kernel(kernel, M, N, K, dist, seed=M + N)
+    assert err <= KERNEL_NMSE, f"{kernel} M={M} N={N} K={K} {dist}: NMSE {err:.3g}"
 
 
 @requires_cuda

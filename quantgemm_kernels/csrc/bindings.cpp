@@ -143,7 +143,7 @@ int64_t check_gemm_inputs(const at::Tensor& A, const at::Tensor& W, const Kernel
     QG_CHECK(A.device() == W.device(), "A and W must be on the same device, got ", A.device(), " and ", W.device());
     QG_CHECK(A.is_contiguous() && W.is_contiguous(), "A and W must be contiguous");
     auto k_of = [](const at::Tensor& t, QgFormat f, const char* what) -> int64_t {
-        if (f == QG_F32 || f == QG_F32_AS_Q8_1) {
+        if (f == QG_F32 || f == QG_F32_AS_Q8_1 || f == QG_F32_AS_F16) {
             QG_CHECK(t.scalar_type() == at::kFloat, what, " must be float32, got ", t.scalar_type());
             return t.size(1);
         }
@@ -264,7 +264,8 @@ DecodeLayer check_decode_layer(const at::Tensor& x, const at::Tensor& attn_norm,
         // take float32 activations and quantize them themselves
         QG_CHECK(
             formats[i].w != QG_F32 && (float_activations ? formats[i].a == QG_F32_AS_Q8_1
-                                                         : formats[i].a != QG_F32 && formats[i].a != QG_F32_AS_Q8_1),
+                                                         : formats[i].a != QG_F32 && formats[i].a != QG_F32_AS_Q8_1 &&
+                                                               formats[i].a != QG_F32_AS_F16),
             "kernel ", i, ": decode_layer takes kernels of quantized weights and ",
             float_activations ? "float32 activations they quantize themselves (fused_quant)" : "quantized activations");
         QG_CHECK(W.scalar_type() == at::kByte && W.dim() == 2 && W.size(0) > 0 && W.is_contiguous(), "weight ", i,
@@ -441,6 +442,10 @@ at::Tensor gemm_cuda(const at::Tensor& A, const at::Tensor& W, c10::string_view 
         const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
         const size_t bytes = splitk ? splitk_workspace_bytes(N, M, K, sms) : act_workspace_bytes(N, K);
         workspace = at::empty({(int64_t)bytes}, A.options().dtype(at::kByte));
+        p.workspace = workspace.data_ptr();
+    } else if (k->formats.a == QG_F32_AS_F16) {  // the fp16 step: A as fp16, then split-K partial sums
+        const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+        workspace = at::empty({(int64_t)f16_workspace_bytes(N, M, K, sms)}, A.options().dtype(at::kByte));
         p.workspace = workspace.data_ptr();
     }
     k->fn(p, at::cuda::getCurrentCUDAStream());

@@ -107,13 +107,16 @@ QG_HD void get_scale_min_k4(int j, const uint8_t* q, uint8_t* d, uint8_t* m) {
 
 // Formats as integers, for code that switches on them: QG_F32, then one per row of formats.def,
 // then QG_F32_AS_Q8_1: float32 activations that a kernel quantizes to Q8_1 itself (chapter 6; the
-// binding passes A as float32 and a workspace of act_workspace_bytes(N, K), gemm.h).
+// binding passes A as float32 and a workspace of act_workspace_bytes(N, K), gemm.h), and
+// QG_F32_AS_F16: float32 activations that a kernel rounds to fp16 itself (chapter 6's fp16 step;
+// a workspace of f16_workspace_bytes).
 enum QgFormat : int {
     QG_F32 = 0,
 #define QG_FORMAT(name, id, block, qk) id,
 #include "formats.def"
 #undef QG_FORMAT
-    QG_F32_AS_Q8_1
+    QG_F32_AS_Q8_1,
+    QG_F32_AS_F16
 };
 
 // What the `s` of a Q8_1 block holds. llama.cpp uses both (see chapter 2).

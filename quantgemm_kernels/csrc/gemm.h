@@ -63,6 +63,25 @@ inline size_t splitk_workspace_bytes(int64_t N, int64_t M, int64_t K, int sms) {
     return splitk_offset(N, K) + (s > 1 ? (size_t)s * N * M * sizeof(float) : 0);
 }
 
+// The eighth wgmma step (cuda/06_decode_tensor_cores/12_wgmma_f16.cu): the activations as fp16
+// [N][K] at the start of the workspace, then (split K) the partial sums, splits planes of N x M
+// floats. Tiles of 128 weight rows x 128 tokens; K is split in steps of 8 blocks while the tiles
+// leave SMs idle, each split keeping at least QG_F16_MIN_STEPS steps.
+constexpr int QG_F16_TILE = 128, QG_F16_MAX_SPLITS = 8, QG_F16_MIN_STEPS = 2;
+inline int f16_splits(int64_t N, int64_t M, int64_t K, int sms) {
+    const int64_t tiles = ((M + QG_F16_TILE - 1) / QG_F16_TILE) * ((N + QG_F16_TILE - 1) / QG_F16_TILE);
+    const int64_t steps = (K / QK + 7) / 8;
+    int64_t s = sms / (tiles > 0 ? tiles : 1);
+    if (s > steps / QG_F16_MIN_STEPS) s = steps / QG_F16_MIN_STEPS;
+    if (s > QG_F16_MAX_SPLITS) s = QG_F16_MAX_SPLITS;
+    return s < 1 ? 1 : (int)s;
+}
+inline size_t f16_splits_offset(int64_t N, int64_t K) { return ((size_t)N * K * 2 + 255) / 256 * 256; }
+inline size_t f16_workspace_bytes(int64_t N, int64_t M, int64_t K, int sms) {
+    const int s = f16_splits(N, M, K, sms);
+    return f16_splits_offset(N, K) + (s > 1 ? (size_t)s * N * M * sizeof(float) : 0);
+}
+
 typedef void (*CpuGemmFn)(const GemmProblem& p, int m_begin, int m_end);
 
 // ---- CPU quantizers (cpu/quantize.cpp), one pair per row of formats.def: rows of K floats <->

@@ -1,0 +1,329 @@
+// cuda/06_decode_tensor_cores/12_wgmma_f16.cu (chapter 6): prefill on fp16 tensor cores, the
+// weights dequantized to fp16 in registers; eighth wgmma step.
+//
+// What it teaches: past a few hundred tokens a quantized GEMM is bound by arithmetic, and the int8
+// steps pay for their per-block scales in the arithmetic itself. Every 32 values of K the int8 path
+// needs a fresh int32 result, two FMAs per result to scale it (d_w d_a) into the float accumulator,
+// and an offset wgmma: some 2 instructions per result and block against the tensor cores' 1/128 of
+// an instruction per multiply-add. The tensor cores then wait on the FMA units, and the fifth and
+// sixth steps reach 1.6 to 1.8x llama.cpp's speed at N = 256..512, not cuBLAS fp16's (185 us against
+// its 81 at N = 512, Q4_0, 4096 x 14336, H100). Here the scale goes into the weights instead: each
+// weight is d (q - 8) (Q8_0: d q) as an fp16, the activations are rounded to fp16, and one
+// accumulator runs through the whole of K (wgmma m64n128k16, f32 += f16 x f16). The weights are
+// unpacked in registers, once per 128 tokens, as a register-sourced A operand: a Q4_0 row's 4
+// values of a k16 step come from two 16-bit loads, a byte permute, and per register one mask and
+// OR (the half with bits 0x6400 | q is 1024 + q), one subtraction (- 1032: q - 8, exact) and one
+// multiplication by d (rounded once to fp16, as llama.cpp's dequantize_block does when it converts
+// weights for cuBLAS). The tokens are the wgmma's N, 128 per CTA, from shared memory in fp16 with
+// the 128-byte swizzle the TMA writes.
+// The numbers are not the int8 path's: the activations are fp16 (11 significant bits) instead of
+// Q8_1 (8 bits and a scale per 32), and the weights d (q - 8) rounded to fp16; the output is, to
+// float32 summation, fp16(A) x fp16(dequantize(W)), what llama.cpp computes where it hands a
+// quantized matrix to cuBLAS (ggml_cuda_op_mul_mat_cublas, which also accumulates in fp16 on some
+// GPUs; here float32). reference.gemm(..., afmt="f16") is that product; tests compare with it.
+// Activations past fp16's range (|a| > 65504) become inf, as in that path.
+// Shapes: K / 32 a multiple of 8 gives the weights a TMA box (128 rows x 8 blocks, as in the
+// seventh step); otherwise the consumer threads read their words from global memory (slower, for
+// completeness: no LLM has such rows). Ragged M and N: the boxes' out-of-range parts are zeros.
+// Grid: x = ceil(M / 128) weight tiles, y = ceil(N / 128) token tiles, z = splits of K (in steps of
+// 8 blocks, when the tiles leave SMs idle); 384 threads: two consumer warpgroups (rows 0..63,
+// 64..127 of the tile) and a producer warpgroup of which one thread issues the copies.
+#include "wgmma_ws.cuh"
+
+namespace gpu {
+namespace f16g {
+using namespace wg;               // the copies, barriers and wgmma helpers of the steps before
+constexpr int BNT = QG_F16_TILE;  // tokens per CTA: the wgmma's N
+static_assert(BM == QG_F16_TILE, "gemm.h's f16_splits counts tiles of 128 x 128");
+constexpr int KA = 64;                                     // K per activation stage: 128 bytes of fp16
+constexpr int A_PER_W = KB * QK / KA;                      // activation stages per weight stage (4)
+constexpr int CONSUMERS = 256, THREADS = CONSUMERS + 128;  // two consumer warpgroups, a producer
+constexpr int ACT_BYTES = BNT * KA * 2;                    // 16 KB: one TMA box, 128-byte swizzle
+
+template <class WF>
+struct Cfg {
+    static constexpr int B = (int)sizeof(typename WF::block);
+    static constexpr int RAW_ROW = KB * B;  // bytes of a row's weight stage (144 or 272)
+    static constexpr int W_BYTES = BM * RAW_ROW;
+    static constexpr int W_STAGES = 3;
+    static constexpr int A_STAGES = WF::offset == 8 ? 8 : 7;  // 182 or 214 KB in all
+};
+template <class WF>
+struct Smem {
+    uint8_t act[Cfg<WF>::A_STAGES][ACT_BYTES];  // first: 1024-byte aligned stages for the swizzle
+    uint8_t w[Cfg<WF>::W_STAGES][Cfg<WF>::W_BYTES];
+    uint64_t afull[Cfg<WF>::A_STAGES], aempty[Cfg<WF>::A_STAGES];
+    uint64_t wfull[Cfg<WF>::W_STAGES], wempty[Cfg<WF>::W_STAGES];
+};
+
+namespace {
+// float32 -> fp16 (round to nearest even), 4 values per thread: the activations for the TMA.
+__global__ void to_f16_kernel(const float4* __restrict__ x, uint2* __restrict__ y, int64_t quads) {
+    allow_dependent_launch();  // the GEMM launched with PDL waits for our writes itself
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < quads; i += (int64_t)gridDim.x * blockDim.x) {
+        const float4 v = x[i];
+        const __half2 lo = __floats2half2_rn(v.x, v.y), hi = __floats2half2_rn(v.z, v.w);
+        y[i] = make_uint2(*(const uint32_t*)&lo, *(const uint32_t*)&hi);
+    }
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// d (64 x 128 float32, 64 registers per thread) += A (64 x 16 fp16, 4 registers) * B (128 x 16 fp16,
+// shared memory, K-major, 128-byte swizzle).
+__device__ __forceinline__ void wgmma_f16(float (&d)[64], const uint32_t (&a)[4], uint64_t b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+          "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+          "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+          "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
+          "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
+          "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+          "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(1));
+}
+template <int R>
+__device__ __forceinline__ void fence_acc(float (&d)[R]) {
+#pragma unroll
+    for (int i = 0; i < R; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// Descriptor of an fp16 tile [rows][64] (128-byte rows, K-major) with the TMA's 128-byte swizzle:
+// 8-row groups 1024 bytes apart; a k16 step within the row is the start address + 32 bytes.
+__device__ __forceinline__ uint64_t swizzle128_desc(const void* p) {
+    const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+    return (uint64_t)((a & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
+}
+
+__device__ __forceinline__ uint32_t ld16(const uint8_t* p) { return *(const uint16_t*)p; }
+
+// [excerpt: f16_fragment]
+// The fragment of a k16 step for one row (registers a[i] and a[i + 2] of the mma layout: k = 2t,
+// 2t + 1 and 2t + 8, 2t + 9), from the block's bytes: fp16 pairs of d (q - offset).
+// Q4_0: byte j holds k = j (low nibble) and j + 16 (high): the halfwords at 2t and 2t + 8 give both
+// k16 steps of the block; permuted to bytes (2t, 2t + 8, 2t + 1, 2t + 9), a mask of nibbles 0 and 4
+// (or 2 and 6, after a shift) puts two values in the two halves.
+template <class WF>
+__device__ __forceinline__ void block_fragment(const uint8_t* blk, int t, uint32_t (&lo)[2], uint32_t (&hi)[2]) {
+    const __half2 d2 = __half2half2(*(const __half*)blk);
+    auto fix = [&](uint32_t bits, float off) {  // bits: two halves 1024 + u; returns d (u - off) each
+        const __half2 v = __hsub2(*(const __half2*)&bits, __float2half2_rn(1024.0f + off));
+        const __half2 w = __hmul2(v, d2);
+        return *(const uint32_t*)&w;
+    };
+    if constexpr (WF::offset == 8) {
+        const uint32_t x = __byte_perm(ld16(blk + 2 + 2 * t), ld16(blk + 2 + 2 * t + 8), 0x5140);
+        lo[0] = fix((x & 0x000F000Fu) | 0x64006400u, 8.0f);          // k = 2t, 2t + 1
+        lo[1] = fix(((x >> 8) & 0x000F000Fu) | 0x64006400u, 8.0f);   // k = 2t + 8, 2t + 9
+        hi[0] = fix(((x >> 4) & 0x000F000Fu) | 0x64006400u, 8.0f);   // k = 16 + 2t, ..
+        hi[1] = fix(((x >> 12) & 0x000F000Fu) | 0x64006400u, 8.0f);  // k = 24 + 2t, ..
+    } else {  // Q8_0: signed bytes; (b ^ 0x80) | 0x6400 is 1024 + q + 128
+        auto pair = [&](int j) { return fix(__byte_perm(ld16(blk + 2 + j), 0x64, 0x4140) ^ 0x00800080u, 128.0f); };
+        lo[0] = pair(2 * t), lo[1] = pair(2 * t + 8), hi[0] = pair(16 + 2 * t), hi[1] = pair(24 + 2 * t);
+    }
+}
+// [end excerpt: f16_fragment]
+#endif
+
+template <class WF, bool TMA_W, bool SPLIT>
+__global__ void __launch_bounds__(THREADS, 1)
+    wgmma_f16_kernel(const __grid_constant__ CUtensorMap xmap, const __grid_constant__ CUtensorMap wmap,
+                     const uint8_t* __restrict__ W, float* __restrict__ C, int64_t split_plane, int N, int M, int K) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using CF = Cfg<WF>;
+    constexpr int B = CF::B, WS = CF::W_STAGES, AS = CF::A_STAGES;
+    extern __shared__ __align__(1024) int4 smem_raw[];
+    Smem<WF>& sm = *(Smem<WF>*)smem_raw;
+    const int nb = K / QK, wsteps = (nb + KB - 1) / KB, asteps = (nb + 1) / 2;
+    const int w_begin = SPLIT ? (int)((int64_t)wsteps * blockIdx.z / gridDim.z) : 0;
+    const int w_end = SPLIT ? (int)((int64_t)wsteps * (blockIdx.z + 1) / gridDim.z) : wsteps;
+    const int a_begin = w_begin * A_PER_W, a_end = min(w_end * A_PER_W, asteps);
+    const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BNT;
+    const int tid = threadIdx.x;
+
+    if (tid == 0) {
+        for (int i = 0; i < AS; i++) bar_init(&sm.afull[i], 1), bar_init(&sm.aempty[i], CONSUMERS);
+        for (int i = 0; i < WS; i++) bar_init(&sm.wfull[i], 1), bar_init(&sm.wempty[i], CONSUMERS);
+    }
+    fence_proxy_async();
+    __syncthreads();
+
+    if (tid >= CONSUMERS) {  // ---- producer: one thread issues every copy
+        set_max_regs_dec<40>();
+        if (tid != CONSUMERS) return;
+        auto copy_w = [&](int w) {  // weight stage w (8 blocks of BM rows)
+            const int k = w - w_begin, i = k % WS;
+            if (k >= WS) bar_wait(&sm.wempty[i], ((k / WS) - 1) & 1);
+            bar_expect(&sm.wfull[i], CF::W_BYTES);
+            tma_copy_2d(&sm.w[i][0], &wmap, w * CF::RAW_ROW / 2, m0, &sm.wfull[i]);
+        };
+        // The weights do not depend on the conversion kernel: the first stages go before the wait.
+        if constexpr (TMA_W)
+            for (int w = w_begin; w < min(w_end, w_begin + WS); w++) copy_w(w);
+        grid_dependency_wait();
+        for (int a = a_begin; a < a_end; a++) {
+            const int k = a - a_begin, i = k % AS;
+            if (TMA_W && a % A_PER_W == 0 && a / A_PER_W >= w_begin + WS) copy_w(a / A_PER_W);
+            if (k >= AS) bar_wait(&sm.aempty[i], ((k / AS) - 1) & 1);
+            bar_expect(&sm.afull[i], ACT_BYTES);
+            tma_copy_2d(&sm.act[i][0], &xmap, a * KA, n0, &sm.afull[i]);
+        }
+        return;
+    }
+
+    // ---- consumers: rows r0 and r0 + 8 of the tile
+    set_max_regs_inc<232>();
+    const int lane = tid % 32, warp = tid / 32;
+    const int g = lane / 4, t = lane % 4;
+    const int r0 = 64 * (warp / 4) + 16 * (warp % 4) + g;
+    // Two accumulators, one per set: a wgmma chained on the accumulator of the step in flight would
+    // make ptxas serialize every wgmma (its advisory C7513: registers written between the start and
+    // end of a pipeline stage), so steps alternate between them; their sum ends the K loop.
+    float acc[2][64] = {};
+    const int64_t row_bytes = (int64_t)nb * B;
+    // The weights' rows: in the stage (TMA), or in global memory (rows past M read as row M - 1 and
+    // zeroed below; blocks past K are zeros).
+    const int gr0 = min(m0 + r0, M - 1), gr1 = min(m0 + r0 + 8, M - 1);
+    const bool ok0 = m0 + r0 < M, ok1 = m0 + r0 + 8 < M;
+    // Two steps' fragments: step k's wgmmas read set k % 2 while step k + 1's is built; the wait
+    // for step k - 1's wgmmas (wgmma_wait<1>) comes before its set is written again.
+    uint32_t f[2][4][4];
+    auto step = [&](auto set_c, int a) {
+        constexpr int SET = decltype(set_c)::value;
+        const int k = a - a_begin, i = k % AS;
+        const int wk = a / A_PER_W - w_begin, wi = wk % WS;
+        if (TMA_W && a % A_PER_W == 0) bar_wait(&sm.wfull[wi], (wk / WS) & 1);
+#pragma unroll
+        for (int j = 0; j < 2; j++) {  // the step's blocks 2a and 2a + 1: its k16 halves 2j, 2j + 1
+            const int blk = 2 * a + j;
+            uint32_t lo0[2], hi0[2], lo1[2], hi1[2];
+            if constexpr (TMA_W) {
+                const int lb = blk % KB;
+                block_fragment<WF>(&sm.w[wi][r0 * CF::RAW_ROW + lb * B], t, lo0, hi0);
+                block_fragment<WF>(&sm.w[wi][(r0 + 8) * CF::RAW_ROW + lb * B], t, lo1, hi1);
+            } else if (blk < nb) {
+                block_fragment<WF>(W + gr0 * row_bytes + (int64_t)blk * B, t, lo0, hi0);
+                block_fragment<WF>(W + gr1 * row_bytes + (int64_t)blk * B, t, lo1, hi1);
+                if (!ok0) lo0[0] = lo0[1] = hi0[0] = hi0[1] = 0;
+                if (!ok1) lo1[0] = lo1[1] = hi1[0] = hi1[1] = 0;
+            } else {
+                lo0[0] = lo0[1] = hi0[0] = hi0[1] = lo1[0] = lo1[1] = hi1[0] = hi1[1] = 0;
+            }
+            // the mma layout: a0 row g k 2t.., a1 row g + 8, a2 row g k 2t + 8.., a3 row g + 8
+            uint32_t (&x)[4] = f[SET][2 * j];
+            uint32_t (&y)[4] = f[SET][2 * j + 1];
+            x[0] = lo0[0], x[1] = lo1[0], x[2] = lo0[1], x[3] = lo1[1];
+            y[0] = hi0[0], y[1] = hi1[0], y[2] = hi0[1], y[3] = hi1[1];
+        }
+        if (TMA_W && (a % A_PER_W == A_PER_W - 1 || a == a_end - 1))
+            bar_arrive(&sm.wempty[wi]);  // this thread's reads of the weight stage are done
+        bar_wait(&sm.afull[i], (k / AS) & 1);
+        wgmma_fence();
+        const uint8_t* act = &sm.act[i][0];
+#pragma unroll
+        for (int h = 0; h < 4; h++) wgmma_f16(acc[SET], f[SET][h], swizzle128_desc(act + 32 * h));  // k 16h of 64
+        wgmma_commit();
+        wgmma_wait<1>();  // step k - 1's wgmmas are done: its activation stage is free
+        if (k > 0) bar_arrive(&sm.aempty[(k - 1) % AS]);
+    };
+    // A weight stage's four steps unrolled, drained at its end: ptxas serializes every wgmma whose
+    // result is still in flight across a loop's back edge (see wgmma_ws.cuh).
+    for (int a0 = a_begin; a0 < a_end; a0 += A_PER_W) {
+        step(std::integral_constant<int, 0>{}, a0);
+        if (a0 + 1 < a_end) step(std::integral_constant<int, 1>{}, a0 + 1);
+        if (a0 + 2 < a_end) step(std::integral_constant<int, 0>{}, a0 + 2);
+        if (a0 + 3 < a_end) step(std::integral_constant<int, 1>{}, a0 + 3);
+        wgmma_wait<0>();
+    }
+    wgmma_wait<0>();
+    fence_acc(acc[0]);
+    fence_acc(acc[1]);
+#pragma unroll
+    for (int e = 0; e < 64; e++) acc[0][e] += acc[1][e];
+
+    // acc[4j + q]: row m0 + r0 + 8 (q / 2), token n0 + 8j + 2t + q % 2
+    float* out = SPLIT ? C + blockIdx.z * split_plane : C;
+#pragma unroll
+    for (int j = 0; j < 16; j++)
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            const int n = n0 + 8 * j + 2 * t + q % 2, m = m0 + r0 + 8 * (q / 2);
+            if (n < N && m < M) out[(int64_t)n * M + m] = acc[0][4 * j + q];
+        }
+#endif
+}
+
+template <class WF>
+void launch_f16(const GemmProblem& p, cudaStream_t stream) {
+#if !defined(QG_HAS_SM90A)
+    throw std::runtime_error(
+        "the wgmma kernels need code for sm_90a, and this build has none: build on a "
+        "compute capability 9.0 GPU with TORCH_CUDA_ARCH_LIST unset, or set it to 9.0a");
+#endif
+    int dev = 0, major = 0, minor = 0, sms = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (major != 9 || minor != 0)
+        throw std::runtime_error("the wgmma kernels run on compute capability 9.0 (Hopper) only, this GPU is " +
+                                 std::to_string(major) + "." + std::to_string(minor));
+    const int tiles_n = (p.N + BNT - 1) / BNT;
+    if (tiles_n > 65535) throw std::runtime_error("cuda_*_f16_wgmma: N above 65535 x 128 tokens");
+    // the activations as fp16 [N][K], at the start of the workspace (f16_workspace_bytes, gemm.h)
+    uint16_t* x16 = (uint16_t*)p.workspace;
+    const int64_t quads = (int64_t)p.N * p.K / 4;
+    to_f16_kernel<<<(unsigned)std::min<int64_t>((quads + 255) / 256, (int64_t)sms * 16), 256, 0, stream>>>(
+        (const float4*)p.A, (uint2*)x16, quads);
+
+    static wg::PFN_encode encode = wg::tensor_map_encoder();
+    CUtensorMap xmap{}, wmap{};
+    {
+        const cuuint64_t dims[2] = {(cuuint64_t)p.K, (cuuint64_t)p.N}, strides[1] = {(cuuint64_t)p.K * 2};
+        const cuuint32_t box[2] = {KA, BNT}, estrides[2] = {1, 1};
+        const CUresult r = encode(&xmap, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, x16, dims, strides, box, estrides,
+                                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                  CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+        if (r != CUDA_SUCCESS) throw std::runtime_error("cuTensorMapEncodeTiled failed: " + std::to_string((int)r));
+    }
+    constexpr int B = Cfg<WF>::B;
+    const int nb = p.K / QK;
+    const bool tma_w = nb % KB == 0;
+    if (tma_w) {
+        const cuuint64_t dims[2] = {(cuuint64_t)nb * B / 2, (cuuint64_t)p.M}, strides[1] = {(cuuint64_t)nb * B};
+        const cuuint32_t box[2] = {KB * B / 2, BM}, estrides[2] = {1, 1};
+        const CUresult r = encode(&wmap, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, const_cast<void*>(p.W), dims, strides, box,
+                                  estrides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                                  CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+        if (r != CUDA_SUCCESS) throw std::runtime_error("cuTensorMapEncodeTiled failed: " + std::to_string((int)r));
+    }
+    const int splits = f16_splits(p.N, p.M, p.K, sms);  // the binding sized the workspace with it
+    float* out = splits > 1 ? (float*)((uint8_t*)p.workspace + f16_splits_offset(p.N, p.K)) : p.C;
+    const dim3 grid((p.M + BM - 1) / BM, tiles_n, splits);
+    const size_t smem = sizeof(Smem<WF>);
+    const int64_t plane = (int64_t)p.N * p.M;
+    auto go = [&](auto kernel) {
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        launch_maybe_pdl(kernel, grid, dim3(THREADS), smem, stream, true, xmap, wmap, (const uint8_t*)p.W, out, plane,
+                         p.N, p.M, p.K);
+    };
+    if (tma_w)
+        splits > 1 ? go(wgmma_f16_kernel<WF, true, true>) : go(wgmma_f16_kernel<WF, true, false>);
+    else
+        splits > 1 ? go(wgmma_f16_kernel<WF, false, true>) : go(wgmma_f16_kernel<WF, false, false>);
+    if (splits > 1) splitk_sum(out, p.C, plane, splits, stream);
+}
+}  // namespace
+}  // namespace f16g
+}  // namespace gpu
+
+void cuda_q4_0_f16_wgmma(const GemmProblem& p, cudaStream_t stream) { gpu::f16g::launch_f16<gpu::w_q4_0>(p, stream); }
+
+void cuda_q8_0_f16_wgmma(const GemmProblem& p, cudaStream_t stream) { gpu::f16g::launch_f16<gpu::w_q8_0>(p, stream); }
