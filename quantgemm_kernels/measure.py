@@ -64,6 +64,7 @@ DEFAULT_KERNELS = (
     "cuda_{w}_q8_1_wgmma_splitk",
     "cuda_{w}_q8_1_wgmma_narrow",
     "cuda_{w}_q8_1_wgmma_small",
+    "cuda_{w}_f16_wgmma",
 )
 DECODE_MAX_N = 64  #: the decode kernel's time grows with N (a pass per 8 tokens): not timed beyond
 SMALL_MAX_N = 64  #: past 64 tokens the small-batch wgmma step runs the fifth step: not timed twice

@@ -32,28 +32,31 @@
 
 namespace gpu {
 namespace f16g {
-using namespace wg;               // the copies, barriers and wgmma helpers of the steps before
-constexpr int BNT = QG_F16_TILE;  // tokens per CTA: the wgmma's N
-static_assert(BM == QG_F16_TILE, "gemm.h's f16_splits counts tiles of 128 x 128");
+using namespace wg;  // the copies, barriers and wgmma helpers of the steps before
+static_assert(BM == QG_F16_TILE, "gemm.h's f16_splits counts tiles of 128 weight rows");
 constexpr int KA = 64;                                     // K per activation stage: 128 bytes of fp16
 constexpr int A_PER_W = KB * QK / KA;                      // activation stages per weight stage (4)
 constexpr int CONSUMERS = 256, THREADS = CONSUMERS + 128;  // two consumer warpgroups, a producer
-constexpr int ACT_BYTES = BNT * KA * 2;                    // 16 KB: one TMA box, 128-byte swizzle
+constexpr int SMEM_BUDGET = 220 * 1024;                    // the H100 allows 227 KB a CTA
 
-template <class WF>
+// NT tokens per CTA (the wgmma's N: 16, 32, 64 or 128, gemm.h's f16_tile_tokens(N)).
+template <class WF, int NT>
 struct Cfg {
     static constexpr int B = (int)sizeof(typename WF::block);
     static constexpr int RAW_ROW = KB * B;  // bytes of a row's weight stage (144 or 272)
     static constexpr int W_BYTES = BM * RAW_ROW;
     static constexpr int W_STAGES = 3;
-    static constexpr int A_STAGES = WF::offset == 8 ? 8 : 7;  // 182 or 214 KB in all
+    static constexpr int ACT_BYTES = NT * KA * 2;  // one TMA box of NT tokens x 64 values, 128-byte swizzle
+    static constexpr int A_FIT = (SMEM_BUDGET - W_STAGES * W_BYTES) / ACT_BYTES;
+    static constexpr int A_STAGES = A_FIT < 16 ? A_FIT : 16;
 };
-template <class WF>
+template <class WF, int NT>
 struct Smem {
-    uint8_t act[Cfg<WF>::A_STAGES][ACT_BYTES];  // first: 1024-byte aligned stages for the swizzle
-    uint8_t w[Cfg<WF>::W_STAGES][Cfg<WF>::W_BYTES];
-    uint64_t afull[Cfg<WF>::A_STAGES], aempty[Cfg<WF>::A_STAGES];
-    uint64_t wfull[Cfg<WF>::W_STAGES], wempty[Cfg<WF>::W_STAGES];
+    using CF = Cfg<WF, NT>;
+    uint8_t act[CF::A_STAGES][CF::ACT_BYTES];  // first: stages 1024-byte aligned for the swizzle
+    uint8_t w[CF::W_STAGES][CF::W_BYTES];
+    uint64_t afull[CF::A_STAGES], aempty[CF::A_STAGES];
+    uint64_t wfull[CF::W_STAGES], wempty[CF::W_STAGES];
 };
 
 namespace {
@@ -68,8 +71,44 @@ __global__ void to_f16_kernel(const float4* __restrict__ x, uint2* __restrict__ 
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// d (64 x 128 float32, 64 registers per thread) += A (64 x 16 fp16, 4 registers) * B (128 x 16 fp16,
-// shared memory, K-major, 128-byte swizzle).
+// d (64 x N float32, N / 2 registers per thread) += A (64 x 16 fp16, 4 registers) * B (N x 16 fp16,
+// shared memory, K-major, 128-byte swizzle), N = 16, 32, 64, 128.
+template <int SCALE_D = 1>
+__device__ __forceinline__ void wgmma_f16(float (&d)[8], const uint32_t (&a)[4], uint64_t b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7}, "
+        "{%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(SCALE_D));
+}
+template <int SCALE_D = 1>
+__device__ __forceinline__ void wgmma_f16(float (&d)[16], const uint32_t (&a)[4], uint64_t b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+        "{%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+          "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(SCALE_D));
+}
+template <int SCALE_D = 1>
+__device__ __forceinline__ void wgmma_f16(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+          "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+          "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+          "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(SCALE_D));
+}
+template <int SCALE_D = 1>
 __device__ __forceinline__ void wgmma_f16(float (&d)[64], const uint32_t (&a)[4], uint64_t b) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
@@ -87,7 +126,7 @@ __device__ __forceinline__ void wgmma_f16(float (&d)[64], const uint32_t (&a)[4]
           "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
           "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
           "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(1));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(SCALE_D));
 }
 template <int R>
 __device__ __forceinline__ void fence_acc(float (&d)[R]) {
@@ -132,20 +171,20 @@ __device__ __forceinline__ void block_fragment(const uint8_t* blk, int t, uint32
 // [end excerpt: f16_fragment]
 #endif
 
-template <class WF, bool TMA_W, bool SPLIT>
+template <class WF, int NT, bool TMA_W, bool SPLIT>
 __global__ void __launch_bounds__(THREADS, 1)
     wgmma_f16_kernel(const __grid_constant__ CUtensorMap xmap, const __grid_constant__ CUtensorMap wmap,
                      const uint8_t* __restrict__ W, float* __restrict__ C, int64_t split_plane, int N, int M, int K) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    using CF = Cfg<WF>;
+    using CF = Cfg<WF, NT>;
     constexpr int B = CF::B, WS = CF::W_STAGES, AS = CF::A_STAGES;
     extern __shared__ __align__(1024) int4 smem_raw[];
-    Smem<WF>& sm = *(Smem<WF>*)smem_raw;
+    Smem<WF, NT>& sm = *(Smem<WF, NT>*)smem_raw;
     const int nb = K / QK, wsteps = (nb + KB - 1) / KB, asteps = (nb + 1) / 2;
     const int w_begin = SPLIT ? (int)((int64_t)wsteps * blockIdx.z / gridDim.z) : 0;
     const int w_end = SPLIT ? (int)((int64_t)wsteps * (blockIdx.z + 1) / gridDim.z) : wsteps;
     const int a_begin = w_begin * A_PER_W, a_end = min(w_end * A_PER_W, asteps);
-    const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BNT;
+    const int m0 = blockIdx.x * BM, n0 = blockIdx.y * NT;
     const int tid = threadIdx.x;
 
     if (tid == 0) {
@@ -172,7 +211,7 @@ __global__ void __launch_bounds__(THREADS, 1)
             const int k = a - a_begin, i = k % AS;
             if (TMA_W && a % A_PER_W == 0 && a / A_PER_W >= w_begin + WS) copy_w(a / A_PER_W);
             if (k >= AS) bar_wait(&sm.aempty[i], ((k / AS) - 1) & 1);
-            bar_expect(&sm.afull[i], ACT_BYTES);
+            bar_expect(&sm.afull[i], CF::ACT_BYTES);
             tma_copy_2d(&sm.act[i][0], &xmap, a * KA, n0, &sm.afull[i]);
         }
         return;
@@ -186,7 +225,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     // Two accumulators, one per set: a wgmma chained on the accumulator of the step in flight would
     // make ptxas serialize every wgmma (its advisory C7513: registers written between the start and
     // end of a pipeline stage), so steps alternate between them; their sum ends the K loop.
-    float acc[2][64] = {};
+    float acc[2][NT / 2] = {};
     const int64_t row_bytes = (int64_t)nb * B;
     // The weights' rows: in the stage (TMA), or in global memory (rows past M read as row M - 1 and
     // zeroed below; blocks past K are zeros).
@@ -246,12 +285,12 @@ __global__ void __launch_bounds__(THREADS, 1)
     fence_acc(acc[0]);
     fence_acc(acc[1]);
 #pragma unroll
-    for (int e = 0; e < 64; e++) acc[0][e] += acc[1][e];
+    for (int e = 0; e < NT / 2; e++) acc[0][e] += acc[1][e];
 
     // acc[4j + q]: row m0 + r0 + 8 (q / 2), token n0 + 8j + 2t + q % 2
     float* out = SPLIT ? C + blockIdx.z * split_plane : C;
 #pragma unroll
-    for (int j = 0; j < 16; j++)
+    for (int j = 0; j < NT / 8; j++)
 #pragma unroll
         for (int q = 0; q < 4; q++) {
             const int n = n0 + 8 * j + 2 * t + q % 2, m = m0 + r0 + 8 * (q / 2);
@@ -260,7 +299,7 @@ __global__ void __launch_bounds__(THREADS, 1)
 #endif
 }
 
-template <class WF>
+template <class WF, int NT>
 void launch_f16(const GemmProblem& p, cudaStream_t stream) {
 #if !defined(QG_HAS_SM90A)
     throw std::runtime_error(
@@ -275,8 +314,8 @@ void launch_f16(const GemmProblem& p, cudaStream_t stream) {
     if (major != 9 || minor != 0)
         throw std::runtime_error("the wgmma kernels run on compute capability 9.0 (Hopper) only, this GPU is " +
                                  std::to_string(major) + "." + std::to_string(minor));
-    const int tiles_n = (p.N + BNT - 1) / BNT;
-    if (tiles_n > 65535) throw std::runtime_error("cuda_*_f16_wgmma: N above 65535 x 128 tokens");
+    const int tiles_n = (p.N + NT - 1) / NT;
+    if (tiles_n > 65535) throw std::runtime_error("cuda_*_f16_wgmma: more than 65535 token tiles");
     // the activations as fp16 [N][K], at the start of the workspace (f16_workspace_bytes, gemm.h)
     uint16_t* x16 = (uint16_t*)p.workspace;
     const int64_t quads = (int64_t)p.N * p.K / 4;
@@ -287,13 +326,13 @@ void launch_f16(const GemmProblem& p, cudaStream_t stream) {
     CUtensorMap xmap{}, wmap{};
     {
         const cuuint64_t dims[2] = {(cuuint64_t)p.K, (cuuint64_t)p.N}, strides[1] = {(cuuint64_t)p.K * 2};
-        const cuuint32_t box[2] = {KA, BNT}, estrides[2] = {1, 1};
+        const cuuint32_t box[2] = {KA, NT}, estrides[2] = {1, 1};
         const CUresult r = encode(&xmap, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, x16, dims, strides, box, estrides,
                                   CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                   CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
         if (r != CUDA_SUCCESS) throw std::runtime_error("cuTensorMapEncodeTiled failed: " + std::to_string((int)r));
     }
-    constexpr int B = Cfg<WF>::B;
+    constexpr int B = Cfg<WF, NT>::B;
     const int nb = p.K / QK;
     const bool tma_w = nb % KB == 0;
     if (tma_w) {
@@ -307,7 +346,7 @@ void launch_f16(const GemmProblem& p, cudaStream_t stream) {
     const int splits = f16_splits(p.N, p.M, p.K, sms);  // the binding sized the workspace with it
     float* out = splits > 1 ? (float*)((uint8_t*)p.workspace + f16_splits_offset(p.N, p.K)) : p.C;
     const dim3 grid((p.M + BM - 1) / BM, tiles_n, splits);
-    const size_t smem = sizeof(Smem<WF>);
+    const size_t smem = sizeof(Smem<WF, NT>);
     const int64_t plane = (int64_t)p.N * p.M;
     auto go = [&](auto kernel) {
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
@@ -315,15 +354,24 @@ void launch_f16(const GemmProblem& p, cudaStream_t stream) {
                          p.N, p.M, p.K);
     };
     if (tma_w)
-        splits > 1 ? go(wgmma_f16_kernel<WF, true, true>) : go(wgmma_f16_kernel<WF, true, false>);
+        splits > 1 ? go(wgmma_f16_kernel<WF, NT, true, true>) : go(wgmma_f16_kernel<WF, NT, true, false>);
     else
-        splits > 1 ? go(wgmma_f16_kernel<WF, false, true>) : go(wgmma_f16_kernel<WF, false, false>);
+        splits > 1 ? go(wgmma_f16_kernel<WF, NT, false, true>) : go(wgmma_f16_kernel<WF, NT, false, false>);
     if (splits > 1) splitk_sum(out, p.C, plane, splits, stream);
+}
+template <class WF>
+void gemm_f16(const GemmProblem& p, cudaStream_t stream) {
+    switch (f16_tile_tokens(p.N)) {  // the tokens rounded up to the wgmma's N (gemm.h)
+        case 16: launch_f16<WF, 16>(p, stream); break;
+        case 32: launch_f16<WF, 32>(p, stream); break;
+        case 64: launch_f16<WF, 64>(p, stream); break;
+        default: launch_f16<WF, 128>(p, stream);
+    }
 }
 }  // namespace
 }  // namespace f16g
 }  // namespace gpu
 
-void cuda_q4_0_f16_wgmma(const GemmProblem& p, cudaStream_t stream) { gpu::f16g::launch_f16<gpu::w_q4_0>(p, stream); }
+void cuda_q4_0_f16_wgmma(const GemmProblem& p, cudaStream_t stream) { gpu::f16g::gemm_f16<gpu::w_q4_0>(p, stream); }
 
-void cuda_q8_0_f16_wgmma(const GemmProblem& p, cudaStream_t stream) { gpu::f16g::launch_f16<gpu::w_q8_0>(p, stream); }
+void cuda_q8_0_f16_wgmma(const GemmProblem& p, cudaStream_t stream) { gpu::f16g::gemm_f16<gpu::w_q8_0>(p, stream); }
