@@ -376,14 +376,18 @@ DECODE_MAX_N = 5  # otherwise
 DECODE_MAX_N_HOPPER = {"q4_0": (3, 4), "q8_0": (5, 4)}
 WGMMA_SMALL_MAX_N = 32  #: on Hopper, the small-batch wgmma step from there to here
 #: On Hopper, the fp16 step (12_wgmma_f16.cu: weights dequantized to fp16, activations rounded to
-#: fp16) from this N on, ahead of the small step where both run. Its numbers are not llama.cpp's
-#: MMQ's: the activations keep 11 significant bits instead of Q8_1's 8 and a scale per 32 (NMSE
-#: against the float product about 7e-8 instead of 3e-5 on Q4_0 4096 x 14336), as llama.cpp's own
-#: cuBLAS path computes. None: Q8_1 activations at every N, llama.cpp's MMQ numbers throughout.
-#: From the H100 record bench_results/nvidia-h100-80gb-hbm3/2026-11-27/f16-nt-102625.json (cold,
-#: Q4_0, 4096 x 14336): N = 8 small 23.2 us against fp16 23.8; N = 16 24.8 against 24.0; N = 24
-#: 29.1 against 25.5; N = 48 the narrow step 36.0 against 28.8. N = 9 to 15 are not measured.
-WGMMA_F16_MIN_N: int | None = 16
+#: fp16) from this N on, per format, ahead of the small step where both run. Its numbers are not
+#: llama.cpp's MMQ's: the activations keep 11 significant bits instead of Q8_1's 8 and a scale per
+#: 32 (NMSE against the float product about 7e-8 instead of 3e-5 on Q4_0 4096 x 14336), as
+#: llama.cpp's own cuBLAS path computes. None: Q8_1 activations at every N, llama.cpp's MMQ numbers
+#: throughout. From the sweep bench_results/nvidia-h200/2026-11-27/f16-sweep-103141.json (H200,
+#: cold, the three Llama-3-8B shapes, N = 1 to 2048): the two steps are within 5 % of each other
+#: from N = 5 to 16, the fp16 step ahead on every shape from N = 24 (Q4_0 4096 x 14336: 24.8 us
+#: against 27.1; N = 48: 27.9 against the narrow step's 35.6) and at N = 12 and 16 for Q8_0 on rows
+#: of 14336 (25.2 against 26.1) and 4096 x 4096 (12.8 against 12.9), behind at N = 16 for Q4_0 on
+#: every shape (4096 x 14336: 23.5 against 22.8). The H100 record f16-nt-102625.json has Q4_0 4096 x
+#: 14336 at N = 16 the other way (24.0 against 24.8). N = 17 to 23 and 9 to 11 are not measured.
+WGMMA_F16_MIN_N: dict | None = {"q4_0": 17, "q8_0": 12}
 #: The formats whose tensor-core kernel is the mma.sync step (Q4_1, Q4_K, Q6_K: no wgmma kernel), in
 #: its split-K launch (10_mma_splitk.cu): the decode kernel to N = 8 (Q4_1) or 16 (Q4_K, Q6_K). From
 #: the H100 record bench_results/nvidia-h100-80gb-hbm3/2026-11-27/mma-zfill-003322.json (cold,
@@ -449,7 +453,8 @@ def pick_cuda_kernel(wfmt: str, N: int, M: int | None, cc: tuple[int, int], sms:
     if cc >= (8, 0) and small:
         names = [f"cuda_{wfmt}_q8_1_decode"]
     elif cc == (9, 0):
-        names = [f"cuda_{wfmt}_f16_wgmma"] if WGMMA_F16_MIN_N is not None and N >= WGMMA_F16_MIN_N else []
+        f16_from = (WGMMA_F16_MIN_N or {}).get(wfmt)
+        names = [f"cuda_{wfmt}_f16_wgmma"] if f16_from is not None and N >= f16_from else []
         names += [f"cuda_{wfmt}_q8_1_wgmma_small"] if N <= WGMMA_SMALL_MAX_N else []
         names += [f"cuda_{wfmt}_q8_1_wgmma_{s}" for s in ("narrow", "splitk")]
         names += [f"cuda_{wfmt}_q8_1_mma_splitk", f"cuda_{wfmt}_q8_1_mma"]
