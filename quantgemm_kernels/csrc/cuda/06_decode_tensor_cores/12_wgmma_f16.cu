@@ -1,31 +1,47 @@
-// cuda/06_decode_tensor_cores/12_wgmma_f16.cu (chapter 6): prefill on fp16 tensor cores, the
-// weights dequantized to fp16 in registers; eighth wgmma step.
+// cuda/06_decode_tensor_cores/12_wgmma_f16.cu (chapter 6): fp16 tensor cores with the weights
+// dequantized to fp16 in registers, from 16 tokens to prefill; eighth wgmma step.
 //
-// What it teaches: past a few hundred tokens a quantized GEMM is bound by arithmetic, and the int8
-// steps pay for their per-block scales in the arithmetic itself. Every 32 values of K the int8 path
-// needs a fresh int32 result, two FMAs per result to scale it (d_w d_a) into the float accumulator,
-// and an offset wgmma: some 2 instructions per result and block against the tensor cores' 1/128 of
-// an instruction per multiply-add. The tensor cores then wait on the FMA units, and the fifth and
-// sixth steps reach 1.6 to 1.8x llama.cpp's speed at N = 256..512, not cuBLAS fp16's (185 us against
-// its 81 at N = 512, Q4_0, 4096 x 14336, H100). Here the scale goes into the weights instead: each
-// weight is d (q - 8) (Q8_0: d q) as an fp16, the activations are rounded to fp16, and one
-// accumulator runs through the whole of K (wgmma m64n128k16, f32 += f16 x f16). The weights are
-// unpacked in registers, once per 128 tokens, as a register-sourced A operand: a Q4_0 row's 4
-// values of a k16 step come from two 16-bit loads, a byte permute, and per register one mask and
-// OR (the half with bits 0x6400 | q is 1024 + q), one subtraction (- 1032: q - 8, exact) and one
-// multiplication by d (rounded once to fp16, as llama.cpp's dequantize_block does when it converts
-// weights for cuBLAS). The tokens are the wgmma's N, 128 per CTA, from shared memory in fp16 with
-// the 128-byte swizzle the TMA writes.
+// What it teaches: the int8 steps pay for their per-block scales in instructions, not in tensor-core
+// time. Every 32 values of K they need a fresh int32 result and two FMAs per result to scale it
+// (d_w d_a) into the float accumulator: for one wgmma m64n128k32 (64 cycles of an H100 SM's tensor
+// cores at the datasheet's int8 rate) the warpgroup's 4 warps issue 512 FMA instructions, 128
+// cycles of the SM's four schedulers. So the fifth to seventh steps reach 1.6 to 1.8x llama.cpp at
+// N = 256..512, not cuBLAS fp16 (185 us against its 81 at N = 512, Q4_0, 4096 x 14336, H100). Here
+// the scale goes into the weights: each weight is d (q - 8) (Q8_0: d q) as an fp16, the
+// activations are rounded to fp16, and one accumulator runs through the whole of K (wgmma
+// m64nNk16, f32 += f16 x f16, N = 16, 32, 64 or 128 tokens per CTA: gemm.h's f16_tile_tokens).
+// The weights are unpacked in registers, once per tile of tokens, as a register-sourced A operand
+// (the weight rows are the wgmma's M, as in the seventh step): a Q4_0 row's 4 values of a k16 step
+// come from two 16-bit loads, a byte permute, and per register one mask and OR (the half with bits
+// 0x6400 | q is 1024 + q), one subtraction (- 1032: q - 8, exact) and one multiplication by d
+// (rounded once to fp16, as llama.cpp's dequantization to fp16 rounds). The tokens are the wgmma's
+// N, from shared memory in fp16 with the 128-byte swizzle the TMA writes; a small kernel rounds the
+// float32 activations to fp16 first.
 // The numbers are not the int8 path's: the activations are fp16 (11 significant bits) instead of
 // Q8_1 (8 bits and a scale per 32), and the weights d (q - 8) rounded to fp16; the output is, to
 // float32 summation, fp16(A) x fp16(dequantize(W)), what llama.cpp computes where it hands a
-// quantized matrix to cuBLAS (ggml_cuda_op_mul_mat_cublas, which also accumulates in fp16 on some
-// GPUs; here float32). reference.gemm(..., afmt="f16") is that product; tests compare with it.
-// Activations past fp16's range (|a| > 65504) become inf, as in that path.
+// quantized matrix to cuBLAS (ggml_cuda_op_mul_mat_cublas converts both operands to fp16 first).
+// reference.gemm(..., afmt="f16") is that product; tests compare with it. Values past fp16's range
+// (|x| > 65504) become inf there and here alike.
 // Shapes: K / 32 a multiple of 8 gives the weights a TMA box (128 rows x 8 blocks, as in the
 // seventh step); otherwise the consumer threads read their words from global memory (slower, for
 // completeness: no LLM has such rows). Ragged M and N: the boxes' out-of-range parts are zeros.
-// Grid: x = ceil(M / 128) weight tiles, y = ceil(N / 128) token tiles, z = splits of K (in steps of
+// Measured (H200, cold, graph-replayed calls, llama.cpp and cuBLAS in the same run;
+// bench_results/nvidia-h200/2026-11-27/f16-sweep-103141.json), Q4_0, M = 4096, K = 14336, median
+// us: N = 24 24.8 against llama.cpp's 41.4 and the seventh step's 27.1; N = 64 28.1 / 60.6 (the
+// sixth step 35.8); N = 512 103.9 / 299.2, cuBLAS fp16 81.2; N = 2048 414.5 / 1313.5, cuBLAS 304.2.
+// NMSE against the float product about 7e-8, against the int8 path's 3e-5. At N <= 16 the seventh
+// step is as fast (the same weight stream), and pick_kernel keeps it there.
+// Where the rest goes: the conversion to fp16 (4NK bytes read, 2NK written) is about a tenth of a
+// call at N >= 512, and each activation tile leaves L2 once per 128 weight rows: 1.9 GB at N = 2048,
+// some 5 TB/s over the GEMM's time.
+// Tried and lost: clusters of two CTAs (weight rows m0 and m0 + 128) sharing each activation tile,
+// each producer copying half the tokens into both CTAs (TMA .multicast::cluster), a stage released
+// by the 8 consumer warps of both CTAs (mapa + mbarrier.arrive.release.cluster). Correct (the tests,
+// memcheck, racecheck passed on an H200) but 2.1 to 2.9x slower at 128-token tiles: Q4_0 4096 x
+// 14336 N = 512 255.6 us against 102.7 without clusters in the same run (f16-cluster1-104406.json,
+// f16-cluster0-104431.json; the cause was not profiled). The code is not kept.
+// Grid: x = ceil(M / 128) weight tiles, y = ceil(N / NT) token tiles, z = splits of K (in steps of
 // 8 blocks, when the tiles leave SMs idle); 384 threads: two consumer warpgroups (rows 0..63,
 // 64..127 of the tile) and a producer warpgroup of which one thread issues the copies.
 #include "wgmma_ws.cuh"
