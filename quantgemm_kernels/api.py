@@ -385,8 +385,11 @@ WGMMA_SMALL_MAX_N = 32  #: on Hopper, the small-batch wgmma step from there to h
 #: from N = 5 to 16, the fp16 step ahead on every shape from N = 24 (Q4_0 4096 x 14336: 24.8 us
 #: against 27.1; N = 48: 27.9 against the narrow step's 35.6) and at N = 12 and 16 for Q8_0 on rows
 #: of 14336 (25.2 against 26.1) and 4096 x 4096 (12.8 against 12.9), behind at N = 16 for Q4_0 on
-#: every shape (4096 x 14336: 23.5 against 22.8). The H100 record f16-nt-102625.json has Q4_0 4096 x
-#: 14336 at N = 16 the other way (24.0 against 24.8). N = 17 to 23 and 9 to 11 are not measured.
+#: every shape (4096 x 14336: 23.5 against 22.8). N = 17 to 23 and 9 to 11 are not measured. On an
+#: H100 (bench_results/nvidia-h100-80gb-hbm3/2026-11-27/f16-sweep-105102.json, the same sweep with
+#: N = 1 to 2048 in 14 steps) this choice is the fastest of ours in 78 of 84 cells; in the other six,
+#: all at N = 12 or 16, the other step is at most 2.5 % faster (Q4_0 4096 x 14336, N = 16: the fp16
+#: step 24.1 against the small step's 24.7).
 WGMMA_F16_MIN_N: dict | None = {"q4_0": 17, "q8_0": 12}
 #: The formats whose tensor-core kernel is the mma.sync step (Q4_1, Q4_K, Q6_K: no wgmma kernel), in
 #: its split-K launch (10_mma_splitk.cu): the decode kernel to N = 8 (Q4_1) or 16 (Q4_K, Q6_K). From
