@@ -232,8 +232,9 @@ def gemm(A: torch.Tensor, W: torch.Tensor, kernel: str, *, q8_1_sum: str | None 
     ``A`` is float32. ``W`` is float32 for f32 kernels, else the bytes of ``quantize(W, fmt)`` in
     the kernel's weight format. Kernels with 8-bit activations quantize ``A`` first, on its device,
     as llama.cpp's mul_mat does (use :func:`gemm_quantized` to pass quantized activations).
-    Kernels with ``fused_quant`` (chapter 6) quantize ``A`` inside, on the GPU, to the same bytes;
-    there a non-finite activation block gives NaN outputs for its token instead of an error.
+    Kernels with ``fused_quant`` (chapter 6) quantize ``A`` inside, on the GPU, to the same bytes
+    (the fp16 step, afmt ``"f16"``, rounds it to fp16 there); a non-finite activation then gives
+    non-finite outputs for its token instead of an error (NaN; the fp16 step carries inf as inf).
 
     ``q8_1_sum`` (Q8_1 kernels): what the activations' ``s`` holds, as in :func:`quantize`;
     default the kernel's ``q8_1_sum`` (the reference quantizer's ``d * sum(q)``). ``"sum_x"`` gives
@@ -246,6 +247,8 @@ def gemm(A: torch.Tensor, W: torch.Tensor, kernel: str, *, q8_1_sum: str | None 
     _check_tensor(A, "A", torch.float32)
     if q8_1_sum is not None and q8_1_sum not in _SUM_MODE:
         raise ValueError(f"q8_1_sum must be one of {tuple(_SUM_MODE)}, got {q8_1_sum!r}")
+    if q8_1_sum is not None and k.afmt == "f16":
+        raise ValueError(f"kernel {k.name!r} rounds float32 A to fp16 itself (no Q8_1): q8_1_sum does not apply")
     if q8_1_sum is not None and k.afmt != "q8_1":
         raise ValueError(f"kernel {k.name!r} takes {k.afmt} activations: q8_1_sum does not apply")
     mode = q8_1_sum or k.q8_1_sum
@@ -316,10 +319,12 @@ class QTensor:
 
 #: The kernel :func:`linear` picks, by device, weight format and batch size N. On CUDA:
 #:   * compute capability 9.0 (Hopper): the decode kernel while N is small, then the small-batch
-#:     wgmma step (11_wgmma_small.cu) to 32 tokens, then the warp-specialised wgmma kernel with
-#:     split-K (8_wgmma_splitk.cu, which is the fourth step as it is when W's 128-row tiles fill the
-#:     GPU), through its 64-token-tile form for N <= 64 (9_wgmma_narrow.cu, the fifth step itself past 64). The decode kernel's time grows with N, the wgmma
-#:     kernel's hardly does until its tiles fill the GPU.
+#:     wgmma step (11_wgmma_small.cu), then, Q4_0 and Q8_0, the fp16 step (12_wgmma_f16.cu) from
+#:     WGMMA_F16_MIN_N tokens on. With WGMMA_F16_MIN_N None (Q8_1 activations throughout): the small
+#:     step to 32 tokens, then the warp-specialised wgmma kernel with split-K (8_wgmma_splitk.cu,
+#:     the fourth step as it is when W's 128-row tiles fill the GPU), through its 64-token-tile form
+#:     for N <= 64 (9_wgmma_narrow.cu, the fifth step itself past 64). The decode kernel's time grows
+#:     with N, the wgmma kernels' hardly does until their tiles fill the GPU.
 #:   * 8.x: the same with the mma.sync kernel; older GPUs: chapter 4's vectorised DP4A kernel.
 #:   * Q4_1 (chapter 7), Q4_K and Q6_K (chapter 8): the decode kernel, then the mma.sync step on 8.x
 #:     and 9.0 (no wgmma kernel), at their own crossovers (DECODE_MAX_N_MMA; Q6_K's is Q4_K's for now).
@@ -376,19 +381,21 @@ DECODE_MAX_N = 5  # otherwise
 DECODE_MAX_N_HOPPER = {"q4_0": (3, 4), "q8_0": (5, 4)}
 WGMMA_SMALL_MAX_N = 32  #: on Hopper, the small-batch wgmma step from there to here
 #: On Hopper, the fp16 step (12_wgmma_f16.cu: weights dequantized to fp16, activations rounded to
-#: fp16) from this N on, per format, ahead of the small step where both run. Its numbers are not
-#: llama.cpp's MMQ's: the activations keep 11 significant bits instead of Q8_1's 8 and a scale per
-#: 32 (NMSE against the float product about 7e-8 instead of 3e-5 on Q4_0 4096 x 14336), as
-#: llama.cpp's own cuBLAS path computes. None: Q8_1 activations at every N, llama.cpp's MMQ numbers
-#: throughout. From the sweep bench_results/nvidia-h200/2026-11-27/f16-sweep-103141.json (H200,
-#: cold, the three Llama-3-8B shapes, N = 1 to 2048): the two steps are within 5 % of each other
-#: from N = 5 to 16, the fp16 step ahead on every shape from N = 24 (Q4_0 4096 x 14336: 24.8 us
+#: fp16) from this N on, per format, instead of the small step. Its numbers are not llama.cpp's
+#: MMQ's: the activations keep 11 significant bits instead of Q8_1's 8 and a scale per 32 (NMSE
+#: against the float product about 7e-8 instead of 3e-5 on Q4_0 4096 x 14336); llama.cpp's cuBLAS
+#: path (not taken for Q4_0 and Q8_0 on Hopper) rounds the operands the same way and sums in fp16.
+#: None: Q8_1 activations at every N, llama.cpp's MMQ numbers throughout. From the sweep
+#: bench_results/nvidia-h200/2026-11-27/f16-sweep-103141.json (H200, cold, the three Llama-3-8B
+#: shapes, N = 1 to 2048): the small step ahead by 8 to 13 % at N = 5 to 8 (Q4_0 4096 x 14336: 21.2
+#: against 23.2), the two within 4 % at N = 12 and 16, the fp16 step ahead on every shape from
+#: N = 24 (Q4_0 4096 x 14336: 24.8 us
 #: against 27.1; N = 48: 27.9 against the narrow step's 35.6) and at N = 12 and 16 for Q8_0 on rows
 #: of 14336 (25.2 against 26.1) and 4096 x 4096 (12.8 against 12.9), behind at N = 16 for Q4_0 on
 #: every shape (4096 x 14336: 23.5 against 22.8). N = 17 to 23 and 9 to 11 are not measured. On an
 #: H100 (bench_results/nvidia-h100-80gb-hbm3/2026-11-27/f16-sweep-105102.json, the same sweep with
 #: N = 1 to 2048 in 14 steps) this choice is the fastest of ours in 78 of 84 cells; in the other six,
-#: all at N = 12 or 16, the other step is at most 2.5 % faster (Q4_0 4096 x 14336, N = 16: the fp16
+#: all at N = 12 or 16, the other step is under 3 % faster (Q4_0 4096 x 14336, N = 16: the fp16
 #: step 24.1 against the small step's 24.7).
 WGMMA_F16_MIN_N: dict | None = {"q4_0": 17, "q8_0": 12}
 #: The formats whose tensor-core kernel is the mma.sync step (Q4_1, Q4_K, Q6_K: no wgmma kernel), in

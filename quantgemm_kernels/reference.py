@@ -78,9 +78,10 @@ def gemm_wq_af32(A: np.ndarray, Wq: np.ndarray, wfmt: str) -> np.ndarray:
 
 
 def gemm_wq_af16(A: np.ndarray, Wq: np.ndarray, wfmt: str) -> np.ndarray:
-    """fp16 tensor cores on quantized weights (chapter 6's fp16 step; llama.cpp's path through
-    cuBLAS): the activations rounded to fp16, each weight d (q - offset) rounded once to fp16, the
-    products summed here in float64. Values past fp16's range become inf, as on the GPU."""
+    """fp16 tensor cores on quantized weights (chapter 6's fp16 step): the activations rounded to
+    fp16, each weight d (q - offset) rounded once to fp16 (as llama.cpp's cuBLAS path rounds them,
+    which then sums in fp16), the products summed here in float64. Values past fp16's range become
+    inf, as on the GPU."""
     with np.errstate(over="ignore"):
         A16 = np.asarray(A, np.float32).astype(np.float16)
         W16 = F.dequantize(Wq, wfmt).astype(np.float16)

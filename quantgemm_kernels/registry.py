@@ -37,8 +37,9 @@ class Kernel:
     #: or "signed" (nibbles made q - 8 before the integer dot, llama.cpp's MMQ on tensor cores)
     q4_0_formula: str = "compensated"
     #: True: the kernel takes float32 A and quantizes it to Q8_1 (afmt "f16": rounds it to fp16)
-    #: itself, on the GPU, with no host round trip (chapter 6; llama.cpp's mul_mat does the same). A non-finite activation block
-    #: then makes every output it touches NaN instead of raising.
+    #: itself, on the GPU, with no host round trip (chapter 6; llama.cpp's mul_mat does the same). A
+    #: non-finite activation block then makes every output it touches NaN (the fp16 step: inf or NaN)
+    #: instead of raising.
     fused_quant: bool = False
     #: fused_quant kernels only: True where the kernel can quantize A as llama.cpp's CUDA backend
     #: does for the same kind of kernel (``gemm(..., q8_1_sum="sum_x")``): the decode kernels as

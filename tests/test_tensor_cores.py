@@ -64,8 +64,10 @@ def test_non_finite_activations_give_nan_for_their_token_only(kernel, bad):
     C = qk.gemm(torch.from_numpy(A).cuda(), Wq, kernel).cpu().numpy()
     if k.afmt == "f16":  # fp16 carries inf through: inf x w is +-inf, or NaN where w is 0 or signs meet
         assert not np.isfinite(C[2]).any(), "the token holding a non-finite value gives no finite output"
-        if np.isnan(bad):
-            assert np.isnan(C[2]).all(), "NaN in, NaN out"
+        with np.errstate(invalid="ignore"):
+            want = R.gemm(A[2:3], Wq.cpu().numpy(), k.wfmt, "f16")[0]
+        assert np.array_equal(np.isnan(C[2]), np.isnan(want)), "NaN exactly where the reference has it"
+        assert np.array_equal(C[2][np.isinf(want)], want[np.isinf(want)]), "and inf of the same sign"
     else:
         assert np.isnan(C[2]).all(), "the token holding a non-finite value gives NaN everywhere"
     ok = [0, 1, 3, 4]
@@ -257,14 +259,18 @@ def test_every_chapter_6_kernel_but_a_ladder_step_offers_the_sum_x_mode():
 
 @pytest.mark.parametrize("kernel", [n for n in FUSED if not qk.KERNELS[n].sum_x])
 def test_kernels_without_the_mode_refuse_it_before_launching(kernel):
-    match = "no sum_x mode" if qk.KERNELS[kernel].afmt == "q8_1" else "takes f16 activations: q8_1_sum does not apply"
+    match = (
+        "no sum_x mode"
+        if qk.KERNELS[kernel].afmt == "q8_1"
+        else "rounds float32 A to fp16 itself \\(no Q8_1\\): q8_1_sum does not apply"
+    )
     with pytest.raises(ValueError, match=match):
         qk.gemm(torch.zeros(1, 32), torch.zeros(1, 18, dtype=torch.uint8), kernel, q8_1_sum="sum_x")
 
 
 # The fp16 step on LLM sizes and on the paths only they reach: split K (few tiles), one split (512
-# tokens), many token tiles, rows with no TMA box (K / 32 = 33, 45: weights read from global memory),
-# one token, ragged everything.
+# tokens), many token tiles, every tile width, rows with no TMA box (K / 32 = 33, 45: weights read
+# from global memory), one token, ragged everything.
 F16_SHAPES = [
     (4096, 512, 14336),
     (4096, 256, 4096),
@@ -274,6 +280,11 @@ F16_SHAPES = [
     (130, 1, 256),
     (33, 17, 21760),
     (77, 260, 1440),
+    (4096, 48, 14336),  # 64-token tiles with split K (the picker's N = 33 to 64 on M = 4096)
+    (14336, 24, 4096),  # 32-token tiles, one split
+    (256, 20, 1056),  # 32-token tiles, weights from global memory, split
+    (256, 40, 1440),  # 64-token tiles, the same
+    (256, 9, 1056),  # 16-token tiles, the same
 ]
 
 

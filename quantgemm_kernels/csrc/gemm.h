@@ -48,14 +48,18 @@ inline size_t act_workspace_bytes(int64_t N, int64_t K) {
 // QG_SPLITK_MIN_STEPS steps. The partial sums, splits planes of N x M floats, follow the
 // activation units in the workspace, at splitk_offset.
 constexpr int QG_SPLITK_MAX = 8, QG_SPLITK_MIN_STEPS = 4;
+// CTAs per output tile: sms / tiles, so that every SM gets one, but each split keeping at least
+// min_steps of the K steps, and at most max_splits; 1 where the tiles fill the GPU.
+inline int splits_for(int64_t tiles, int64_t steps, int64_t min_steps, int64_t max_splits, int sms) {
+    int64_t s = sms / (tiles > 0 ? tiles : 1);
+    if (s > steps / min_steps) s = steps / min_steps;
+    if (s > max_splits) s = max_splits;
+    return s < 1 ? 1 : (int)s;
+}
 inline int wgmma_splits(int64_t N, int64_t M, int64_t K, int sms) {
     const int64_t tiles = ((M + QG_WGMMA_TILE_TOKENS - 1) / QG_WGMMA_TILE_TOKENS) *
                           ((N + QG_WGMMA_TILE_TOKENS - 1) / QG_WGMMA_TILE_TOKENS);
-    const int64_t steps = (K / QK + 7) / 8;
-    int64_t s = sms / (tiles > 0 ? tiles : 1);
-    if (s > steps / QG_SPLITK_MIN_STEPS) s = steps / QG_SPLITK_MIN_STEPS;
-    if (s > QG_SPLITK_MAX) s = QG_SPLITK_MAX;
-    return s < 1 ? 1 : (int)s;
+    return splits_for(tiles, (K / QK + 7) / 8, QG_SPLITK_MIN_STEPS, QG_SPLITK_MAX, sms);
 }
 inline size_t splitk_offset(int64_t N, int64_t K) { return (act_workspace_bytes(N, K) + 255) / 256 * 256; }
 inline size_t splitk_workspace_bytes(int64_t N, int64_t M, int64_t K, int sms) {
@@ -73,11 +77,7 @@ inline int f16_tile_tokens(int64_t N) { return N <= 16 ? 16 : N <= 32 ? 32 : N <
 inline int f16_splits(int64_t N, int64_t M, int64_t K, int sms) {
     const int64_t nt = f16_tile_tokens(N);
     const int64_t tiles = ((M + QG_F16_TILE - 1) / QG_F16_TILE) * ((N + nt - 1) / nt);
-    const int64_t steps = (K / QK + 7) / 8;
-    int64_t s = sms / (tiles > 0 ? tiles : 1);
-    if (s > steps / QG_F16_MIN_STEPS) s = steps / QG_F16_MIN_STEPS;
-    if (s > QG_F16_MAX_SPLITS) s = QG_F16_MAX_SPLITS;
-    return s < 1 ? 1 : (int)s;
+    return splits_for(tiles, (K / QK + 7) / 8, QG_F16_MIN_STEPS, QG_F16_MAX_SPLITS, sms);
 }
 inline size_t f16_splits_offset(int64_t N, int64_t K) { return ((size_t)N * K * 2 + 255) / 256 * 256; }
 inline size_t f16_workspace_bytes(int64_t N, int64_t M, int64_t K, int sms) {

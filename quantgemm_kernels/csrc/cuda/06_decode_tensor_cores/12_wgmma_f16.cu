@@ -1,12 +1,15 @@
 // cuda/06_decode_tensor_cores/12_wgmma_f16.cu (chapter 6): fp16 tensor cores with the weights
 // dequantized to fp16 in registers, from 16 tokens to prefill; eighth wgmma step.
 //
-// What it teaches: the int8 steps pay for their per-block scales in instructions, not in tensor-core
-// time. Every 32 values of K they need a fresh int32 result and two FMAs per result to scale it
-// (d_w d_a) into the float accumulator: for one wgmma m64n128k32 (64 cycles of an H100 SM's tensor
-// cores at the datasheet's int8 rate) the warpgroup's 4 warps issue 512 FMA instructions, 128
-// cycles of the SM's four schedulers. So the fifth to seventh steps reach 1.6 to 1.8x llama.cpp at
-// N = 256..512, not cuBLAS fp16 (185 us against its 81 at N = 512, Q4_0, 4096 x 14336, H100). Here
+// What it teaches: the int8 steps pay for their per-block scales in instructions as well as in
+// tensor-core time. Every 32 values of K they need a fresh int32 result, a second wgmma that plants
+// the offset, and two FMAs per result to scale it (d_w d_a) into the float accumulator: for one
+// block of a 64 x 128 tile (2 x 64 cycles of an H100 SM's tensor cores at the datasheet's int8
+// rate, 4,096 multiply-adds a cycle) the warpgroup's 4 warps issue 512 FMA instructions, 128 cycles
+// of the SM's four schedulers. Both pipes are full at half the int8 rate, the fp16 rate, before
+// any load, barrier or address arithmetic. So the fifth and sixth steps reach 1.6 to 1.8x
+// llama.cpp at N = 256..512, not cuBLAS fp16 (185.3 us against its 81.3 at N = 512, Q4_0,
+// 4096 x 14336, H100: small-sweep-082729.json). Here
 // the scale goes into the weights: each weight is d (q - 8) (Q8_0: d q) as an fp16, the
 // activations are rounded to fp16, and one accumulator runs through the whole of K (wgmma
 // m64nNk16, f32 += f16 x f16, N = 16, 32, 64 or 128 tokens per CTA: gemm.h's f16_tile_tokens).
@@ -14,15 +17,17 @@
 // (the weight rows are the wgmma's M, as in the seventh step): a Q4_0 row's 4 values of a k16 step
 // come from two 16-bit loads, a byte permute, and per register one mask and OR (the half with bits
 // 0x6400 | q is 1024 + q), one subtraction (- 1032: q - 8, exact) and one multiplication by d
-// (rounded once to fp16, as llama.cpp's dequantization to fp16 rounds). The tokens are the wgmma's
-// N, from shared memory in fp16 with the 128-byte swizzle the TMA writes; a small kernel rounds the
-// float32 activations to fp16 first.
+// (rounded once to fp16, as llama.cpp's dequantization to fp16 rounds): some 20 instructions per
+// thread and k16 step, against 64 cycles of fp16 tensor work per warpgroup at 128 tokens. The
+// tokens are the wgmma's N, from shared memory in fp16 with the 128-byte swizzle the TMA writes; a
+// small kernel rounds the float32 activations to fp16 first.
 // The numbers are not the int8 path's: the activations are fp16 (11 significant bits) instead of
 // Q8_1 (8 bits and a scale per 32), and the weights d (q - 8) rounded to fp16; the output is, to
-// float32 summation, fp16(A) x fp16(dequantize(W)), what llama.cpp computes where it hands a
-// quantized matrix to cuBLAS (ggml_cuda_op_mul_mat_cublas converts both operands to fp16 first).
-// reference.gemm(..., afmt="f16") is that product; tests compare with it. Values past fp16's range
-// (|x| > 65504) become inf there and here alike.
+// float32 summation, fp16(A) x fp16(dequantize(W)). llama.cpp's cuBLAS path
+// (ggml_cuda_mul_mat_cublas, where MMQ does not run: on Hopper Q4_0 and Q8_0 always take MMQ)
+// rounds both operands the same way but sums in fp16 (CUBLAS_COMPUTE_16F); here the sums are
+// float32. reference.gemm(..., afmt="f16") is the product; tests compare with it. Values past
+// fp16's range (|x| > 65504) become inf there and here alike.
 // Shapes: K / 32 a multiple of 8 gives the weights a TMA box (128 rows x 8 blocks, as in the
 // seventh step); otherwise the consumer threads read their words from global memory (slower, for
 // completeness: no LLM has such rows). Ragged M and N: the boxes' out-of-range parts are zeros.
@@ -31,16 +36,18 @@
 // us: N = 24 24.8 against llama.cpp's 41.4 and the seventh step's 27.1; N = 64 28.1 / 60.6 (the
 // sixth step 35.8); N = 512 103.9 / 299.2, cuBLAS fp16 81.2; N = 2048 414.5 / 1313.5, cuBLAS 304.2.
 // NMSE against the float product about 7e-8, against the int8 path's 3e-5. At N <= 16 the seventh
-// step is as fast (the same weight stream), and pick_kernel keeps it there.
-// Where the rest goes: the conversion to fp16 (4NK bytes read, 2NK written) is about a tenth of a
-// call at N >= 512, and each activation tile leaves L2 once per 128 weight rows: 1.9 GB at N = 2048,
-// some 5 TB/s over the GEMM's time.
+// step is as fast or faster (the same weight stream; at N <= 8 by 8 to 13 %), and pick_kernel keeps
+// it there for Q4_0 (Q8_0: to N = 11).
+// Where the rest goes (estimates, not profiled): the conversion to fp16 (4NK bytes read, 2NK
+// written) is about a tenth of a call at N >= 512 at the copy bandwidth, and each activation tile
+// leaves L2 once per 128 weight rows: 1.9 GB at N = 2048, some 5 TB/s over the GEMM's time.
 // Tried and lost: clusters of two CTAs (weight rows m0 and m0 + 128) sharing each activation tile,
 // each producer copying half the tokens into both CTAs (TMA .multicast::cluster), a stage released
 // by the 8 consumer warps of both CTAs (mapa + mbarrier.arrive.release.cluster). Correct (the tests,
-// memcheck, racecheck passed on an H200) but 2.1 to 2.9x slower at 128-token tiles: Q4_0 4096 x
-// 14336 N = 512 255.6 us against 102.7 without clusters in the same run (f16-cluster1-104406.json,
-// f16-cluster0-104431.json; the cause was not profiled). The code is not kept.
+// memcheck, racecheck passed on an H200) but 1.4 to 2.5x slower with 128-token tiles, N = 128 to
+// 2048: Q4_0 4096 x 14336 N = 512 255.6 us against 102.7 without clusters in the same run
+// (f16-cluster1-104406.json, f16-cluster0-104431.json; the cause was not profiled). So halving the
+// activations' L2 traffic this way did not pay; the code is not kept.
 // Grid: x = ceil(M / 128) weight tiles, y = ceil(N / NT) token tiles, z = splits of K (in steps of
 // 8 blocks, when the tiles leave SMs idle); 384 threads: two consumer warpgroups (rows 0..63,
 // 64..127 of the tile) and a producer warpgroup of which one thread issues the copies.
@@ -50,8 +57,9 @@ namespace gpu {
 namespace f16g {
 using namespace wg;  // the copies, barriers and wgmma helpers of the steps before
 static_assert(BM == QG_F16_TILE, "gemm.h's f16_splits counts tiles of 128 weight rows");
-constexpr int KA = 64;                                     // K per activation stage: 128 bytes of fp16
-constexpr int A_PER_W = KB * QK / KA;                      // activation stages per weight stage (4)
+constexpr int KA = 64;                 // K per activation stage: 128 bytes of fp16
+constexpr int A_PER_W = KB * QK / KA;  // activation stages per weight stage (4)
+static_assert(A_PER_W == 4, "a weight stage is four activation stages: the consumers unroll them");
 constexpr int CONSUMERS = 256, THREADS = CONSUMERS + 128;  // two consumer warpgroups, a producer
 constexpr int SMEM_BUDGET = 220 * 1024;                    // the H100 allows 227 KB a CTA
 
@@ -65,6 +73,7 @@ struct Cfg {
     static constexpr int ACT_BYTES = NT * KA * 2;  // one TMA box of NT tokens x 64 values, 128-byte swizzle
     static constexpr int A_FIT = (SMEM_BUDGET - W_STAGES * W_BYTES) / ACT_BYTES;
     static constexpr int A_STAGES = A_FIT < 16 ? A_FIT : 16;
+    static_assert(A_STAGES >= 2, "at least two activation stages must fit beside the weights' stages");
 };
 template <class WF, int NT>
 struct Smem {
@@ -331,7 +340,10 @@ void launch_f16(const GemmProblem& p, cudaStream_t stream) {
         throw std::runtime_error("the wgmma kernels run on compute capability 9.0 (Hopper) only, this GPU is " +
                                  std::to_string(major) + "." + std::to_string(minor));
     const int tiles_n = (p.N + NT - 1) / NT;
-    if (tiles_n > 65535) throw std::runtime_error("cuda_*_f16_wgmma: more than 65535 token tiles");
+    if (tiles_n > 65535)  // gridDim.y
+        throw std::runtime_error("cuda_q4_0_f16_wgmma / cuda_q8_0_f16_wgmma: N = " + std::to_string(p.N) +
+                                 " needs more than 65535 tiles of " + std::to_string(NT) +
+                                 " tokens; call it on at most " + std::to_string(65535 * NT) + " rows of A at a time");
     // the activations as fp16 [N][K], at the start of the workspace (f16_workspace_bytes, gemm.h)
     uint16_t* x16 = (uint16_t*)p.workspace;
     const int64_t quads = (int64_t)p.N * p.K / 4;
@@ -362,6 +374,7 @@ void launch_f16(const GemmProblem& p, cudaStream_t stream) {
     const int splits = f16_splits(p.N, p.M, p.K, sms);  // the binding sized the workspace with it
     float* out = splits > 1 ? (float*)((uint8_t*)p.workspace + f16_splits_offset(p.N, p.K)) : p.C;
     const dim3 grid((p.M + BM - 1) / BM, tiles_n, splits);
+    static_assert(sizeof(Smem<WF, NT>) <= 227 * 1024, "the stages exceed a Hopper CTA's shared memory");
     const size_t smem = sizeof(Smem<WF, NT>);
     const int64_t plane = (int64_t)p.N * p.M;
     auto go = [&](auto kernel) {
