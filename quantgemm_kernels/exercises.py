@@ -1712,6 +1712,82 @@ def check_fragment(my_fragment, fmt: str = "q8_0"):
     return True
 
 
+def _f16_fragment_values(raw: np.ndarray, fmt: str) -> np.ndarray:
+    """The fp16 values [16 rows, 32 k] of step 8's A fragment for one block per row: d (q - offset),
+    the product rounded once to fp16 (llama.cpp's dequantization, rounded to fp16)."""
+    from . import formats as F
+
+    if fmt not in ("q8_0", "q4_0"):
+        raise ValueError(f"the fragment exercise takes q8_0 or q4_0, not {fmt!r}")
+    spec = F.spec(fmt)
+    blocks = raw.view(spec.dtype)[:, 0]
+    q = spec.quants(blocks).astype(np.float32) - spec.offset
+    return (blocks["d"].astype(np.float32)[:, None] * q).astype(np.float16)
+
+
+def _f16_fragment_registers(vals: np.ndarray, lane: int, half: int, swapped=False, flipped=False) -> list[int]:
+    """Lane's 4 registers of k16 step ``half`` in the fp16 mma layout (register i: row g + 8 (i % 2),
+    k = 16 half + 2t + 8 (i // 2), the lower k in the low 16 bits); ``swapped`` exchanges the roles of
+    i % 2 and i // 2, ``flipped`` the two halves of each register."""
+    g, t = lane // 4, lane % 4
+    bits = vals.view(np.uint16)
+    regs = []
+    for i in range(4):
+        hi_row, hi_k = (i // 2, i % 2) if swapped else (i % 2, i // 2)
+        row, k0 = g + 8 * hi_row, 16 * half + 2 * t + 8 * hi_k
+        lo, hi = int(bits[row, k0]), int(bits[row, k0 + 1])
+        regs.append((lo << 16 | hi) if flipped else (hi << 16 | lo))
+    return regs
+
+
+def check_f16_fragment(my_f16_fragment, fmt: str = "q8_0"):
+    """Exercise 7: my_f16_fragment(raw, lane, half) = the 4 32-bit registers (two fp16 each) of lane
+    `lane` in the A fragment of step 8's wgmma (12_wgmma_f16.cu) for k16 step `half` (0: values 0..15
+    of the block, 1: values 16..31), for a warp's 16 rows of one block each (raw: 16 x block bytes)."""
+    from . import formats as F
+
+    rng = np.random.default_rng(7)
+    for trial in range(3):
+        W = rng.standard_normal((16, 32)).astype(np.float32) * (10.0 ** (2 * trial - 2))
+        raw = F.quantize_q8_0(W) if fmt == "q8_0" else F.quantize_q4_0(W)
+        vals = _f16_fragment_values(raw, fmt)
+        for half in (0, 1):
+            for lane in range(32):
+                got = my_f16_fragment(raw.copy(), lane, half)
+                if got is None:
+                    print("Not yet: the function returned None.")
+                    return False
+                got = [int(x) & 0xFFFFFFFF for x in got]
+                if len(got) != 4:
+                    print(
+                        f"Lane {lane}: {len(got)} registers; a lane holds 4 of a k16 step's fragment (8 fp16 values)."
+                    )
+                    return False
+                want = _f16_fragment_registers(vals, lane, half)
+                if got == want:
+                    continue
+                g, t = lane // 4, lane % 4
+                i = next(j for j in range(4) if got[j] != want[j])
+                e = 0 if (got[i] & 0xFFFF) != (want[i] & 0xFFFF) else 1
+                row, k = g + 8 * (i % 2), 16 * half + 2 * t + 8 * (i // 2) + e
+                value = np.array([(got[i] >> 16 * e) & 0xFFFF], np.uint16).view(np.float16)[0]
+                hint = ""
+                if got == _f16_fragment_registers(vals, lane, half, swapped=True):
+                    hint = " Registers 1 and 2 are exchanged: register 1 is the second row (g + 8), register 2 k + 8."
+                elif got == _f16_fragment_registers(vals, lane, half, flipped=True):
+                    hint = " The two values of each register are exchanged: the lower k goes in the low 16 bits."
+                elif float(value) == float(np.float16(raw[row, 2:].view(np.int8)[k] if fmt == "q8_0" else 0)) != 0:
+                    hint = " That is the quant itself: each value is d times it, rounded once to fp16."
+                print(
+                    f"Lane {lane} (g = {g}, t = {t}), k16 step {half}, register {i}, {'low' if e == 0 else 'high'} "
+                    f"half: got {float(value):.6g}, expected {float(vals[row, k]):.6g}, fp16(d (q - offset)) of row {row}, "
+                    f"k = {k}.{hint}"
+                )
+                return False
+    print(f"Correct: all 32 lanes, both k16 steps, {fmt.upper()} blocks of three value ranges, bit for bit.")
+    return True
+
+
 # ---- chapter 07 ----
 
 

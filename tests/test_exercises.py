@@ -475,6 +475,45 @@ def test_chapter6_fragment_checker():
     assert not E.check_fragment(no_d)
 
 
+def test_f16_fragment_checker():
+    """Exercise 7: step 8's fp16 fragment (Q8_0, and Q4_0 through the same rule)."""
+
+    def solution(raw, lane, half, fmt="q8_0"):
+        g, t = lane // 4, lane % 4
+        offset = 8 if fmt == "q4_0" else 0
+
+        def value(row, k):
+            d = raw[row, :2].view(np.float16)[0]
+            if fmt == "q8_0":
+                q = int(raw[row, 2 + k].view(np.int8))
+            else:
+                byte = int(raw[row, 2 + k % 16])
+                q = (byte & 15) if k < 16 else (byte >> 4)
+            return np.float16(np.float32(d) * np.float32(q - offset))
+
+        def reg(row, k):
+            lo, hi = (int(np.array([value(row, k + e)]).view(np.uint16)[0]) for e in (0, 1))
+            return hi << 16 | lo
+
+        k0 = 16 * half + 2 * t
+        return [reg(g, k0), reg(g + 8, k0), reg(g, k0 + 8), reg(g + 8, k0 + 8)]
+
+    assert E.check_f16_fragment(solution)
+    assert E.check_f16_fragment(lambda raw, lane, half: solution(raw, lane, half, "q4_0"), fmt="q4_0")
+    assert not E.check_f16_fragment(lambda raw, lane, half: None)
+    assert not E.check_f16_fragment(lambda raw, lane, half: [solution(raw, lane, half)[i] for i in (0, 2, 1, 3)])
+    assert not E.check_f16_fragment(
+        lambda raw, lane, half: [(r >> 16) | (r & 0xFFFF) << 16 for r in solution(raw, lane, half)]
+    )
+
+    def no_d(raw, lane, half):
+        raw = raw.copy()
+        raw[:, :2] = np.array([1.0], np.float16).view(np.uint8)  # every d as 1: the quants themselves
+        return solution(raw, lane, half)
+
+    assert not E.check_f16_fragment(no_d)
+
+
 def test_chapter7_checkers():
     gguf = pytest.importorskip("gguf")
     from quantgemm_kernels.model import smollm2_path
