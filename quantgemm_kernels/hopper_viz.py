@@ -109,6 +109,70 @@ def desc_address(desc: int, row, k):
     )
 
 
+# ---- The 128-byte swizzle (chapter 6's step 8). The TMA engine writes a tile of 128-byte rows (64
+# fp16 values) so that 16-byte chunk c of row r lands in chunk c ^ (r % 8) of that row, in atoms of
+# 8 rows (1024 bytes, aligned); the tensor cores apply the same XOR to every address they form from
+# a descriptor of layout type 1, so they read what the TMA wrote.
+SWIZZLE_ROW = 128  #: bytes of a swizzled row
+SWIZZLE_ATOM = 8 * SWIZZLE_ROW  #: 8 rows: the pattern repeats every 1024 bytes
+
+
+def swizzle128(addr):
+    """The shared-memory byte that holds logical byte ``addr`` of a 1024-byte-aligned tile under the
+    128-byte swizzle: address bits 4-6 XOR bits 7-9. ``addr`` may be a numpy array."""
+    return addr ^ (((addr >> 7) & 7) << 4)
+
+
+def swizzle128_desc(addr: int) -> int:
+    """``12_wgmma_f16.cu``'s ``swizzle128_desc``: the descriptor of a K-major fp16 tile [rows][64]
+    at ``addr`` with the 128-byte swizzle: layout type 1 in bits 62-63, SBO 1024 (the next 8 rows),
+    LBO 16 (unused with this swizzle)."""
+    if addr % 16:
+        raise ValueError("a descriptor holds addresses in 16-byte units")
+    return ((addr & 0x3FFFF) >> 4) | (1 << 16) | ((SWIZZLE_ATOM >> 4) << 32) | (1 << 62)
+
+
+def tma_swizzled_offset(row, k):
+    """Where the TMA's 128-byte swizzle puts fp16 element ``(row, k)`` (k < 64) of a tile: the
+    logical byte ``128 row + 2 k``, swizzled."""
+    return swizzle128(row * SWIZZLE_ROW + 2 * k)
+
+
+def desc_address_swizzled(desc: int, row, kk, swizzled: bool = True):
+    """Where the tensor cores read fp16 element ``(row, kk)`` (kk < 16) of a k16 step through a
+    layout-type-1 descriptor: the logical address ``start + (row // 8) SBO + 128 (row % 8) + 2 kk``,
+    then the swizzle (``swizzled=False``: without it, to show what it changes)."""
+    if desc >> 62 != 1:
+        raise ValueError("not a 128-byte-swizzle descriptor (layout type 1 in bits 62-63)")
+    start, _, sbo = desc_fields(desc)
+    logical = start + (row // 8) * sbo + (row % 8) * SWIZZLE_ROW + 2 * kk
+    return swizzle128(logical) if swizzled else logical
+
+
+def draw_swizzle128(step: int = 1, ax=None):
+    """One 8-row atom of a swizzled tile: each of the 8 x 8 16-byte chunks labelled with the logical
+    chunk it holds; the chunks k16 step ``step`` reads (logical chunks 2 step, 2 step + 1) shaded."""
+    import matplotlib.pyplot as plt
+
+    ax = ax or plt.subplots(figsize=(5.2, 3.4))[1]
+    rows = np.arange(8)[:, None]
+    held = np.arange(8)[None, :] ^ rows  # physical chunk p of row r holds logical chunk p ^ r
+    read = (held // 2) == step
+    ax.imshow(np.where(read, 1.0, 0.15), cmap="Blues", vmin=0, vmax=1.3, aspect="auto")
+    for r in range(8):
+        for p in range(8):
+            ax.text(p, r, str(held[r, p]), ha="center", va="center", fontsize=9, color="black")
+    ax.set_xticks(range(8), [f"{16 * p}" for p in range(8)])
+    ax.set_yticks(range(8))
+    ax.set(
+        xlabel="byte of the 128-byte row (16-byte chunks)",
+        ylabel="row of the atom",
+        title=f"logical chunk held in each place; shaded: k16 step {step} (start + {32 * step} bytes)",
+    )
+    ax.title.set_fontsize(9)
+    return ax
+
+
 def wd_slot(n):
     """``wgmma.cuh``'s ``wd_slot``: where weight row ``n``'s scale sits among a block's 144 floats."""
     return ((n % 8) // 2) * WD_T + (n // 8) * 2 + n % 2

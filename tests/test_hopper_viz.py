@@ -178,3 +178,40 @@ def test_timeline_draws():
     assert len(axes) == 2
     hv.draw_ldmatrix_x4()
     plt.close("all")
+
+
+def test_the_swizzled_descriptor_reads_what_the_tma_wrote():
+    """Step 8's activation tile: through swizzle128_desc(start + 32 h) the tensor cores read fp16
+    element (row, 16 h + kk) where the TMA's 128-byte swizzle put it, for every row of a 128-row
+    tile and every k16 step; without the swizzle, or from a base not 1024-aligned, they would not."""
+    rows, kk = np.meshgrid(np.arange(128), np.arange(16), indexing="ij")
+    for base in (0, 1024, 7 * 16384):
+        for h in range(4):
+            desc = hv.swizzle128_desc(base + 32 * h)
+            got = hv.desc_address_swizzled(desc, rows, kk)
+            assert np.array_equal(got, base + hv.tma_swizzled_offset(rows, 16 * h + kk))
+    plain = hv.desc_address_swizzled(hv.swizzle128_desc(32), rows, kk, swizzled=False)
+    assert not np.array_equal(plain, hv.tma_swizzled_offset(rows, 16 + kk))
+    off = 512  # half an atom: the XOR would take bits of the base
+    got = hv.desc_address_swizzled(hv.swizzle128_desc(off), rows, kk)
+    assert not np.array_equal(got, off + hv.tma_swizzled_offset(rows, kk))
+
+
+def test_the_swizzle_permutes_each_row_and_the_descriptor_fields():
+    addr = np.arange(hv.SWIZZLE_ATOM)
+    assert sorted(hv.swizzle128(addr)) == list(addr)  # a permutation of the atom
+    assert np.array_equal(hv.swizzle128(addr) // 128, addr // 128)  # inside each row
+    d = hv.swizzle128_desc(2048 + 96)
+    assert d >> 62 == 1 and hv.desc_fields(d) == (2048 + 96, 16, 1024)
+    with pytest.raises(ValueError, match="16-byte units"):
+        hv.swizzle128_desc(8)
+    with pytest.raises(ValueError, match="layout type 1"):
+        hv.desc_address_swizzled(hv.smem_desc(0), 0, 0)
+
+
+def test_swizzle_picture_draws():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    ax = hv.draw_swizzle128(1)
+    assert len(ax.texts) == 64

@@ -159,12 +159,15 @@ __device__ __forceinline__ void fence_acc(float (&d)[R]) {
     for (int i = 0; i < R; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
 
+// [excerpt: swizzle128_desc]
 // Descriptor of an fp16 tile [rows][64] (128-byte rows, K-major) with the TMA's 128-byte swizzle:
-// 8-row groups 1024 bytes apart; a k16 step within the row is the start address + 32 bytes.
+// layout type 1 (bits 62-63), 8-row groups 1024 bytes apart (SBO; LBO unused); a k16 step within
+// the row is the start address + 32 bytes (the swizzle applies to the address the hardware forms).
 __device__ __forceinline__ uint64_t swizzle128_desc(const void* p) {
     const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
     return (uint64_t)((a & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
 }
+// [end excerpt: swizzle128_desc]
 
 __device__ __forceinline__ uint32_t ld16(const uint8_t* p) { return *(const uint16_t*)p; }
 
