@@ -198,6 +198,8 @@ def test_the_gpu_choice_follows_the_measured_crossovers(monkeypatch):
         pick("q4_1", 1, 4096, (7, 5), 40)
     table = api.choice_table((9, 0), 132, ns=(1, 8, 32, 64))
     assert "f16_wgmma" in table and "wgmma_small" in table and "decode" in table and "q4_1" in table
+    assert pick("q4_0", 33, 4096, *h100, K=14336, q8_1_only=True).name == "cuda_q4_0_q8_1_wgmma_narrow"
+    assert pick("q8_0", 16, 4096, *h100, K=14336, q8_1_only=True).name == "cuda_q8_0_q8_1_wgmma_small"
     monkeypatch.setattr(api, "WGMMA_F16_MIN_N", None)  # Q8_1 activations at every N
     assert pick("q4_0", 16, 4096, *h100).name == "cuda_q4_0_q8_1_wgmma_small"
     assert pick("q4_0", 32, 4096, *h100, K=14336).name == "cuda_q4_0_q8_1_wgmma_small"
