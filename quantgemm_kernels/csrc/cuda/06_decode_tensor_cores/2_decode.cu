@@ -100,6 +100,11 @@ struct ImageActs {
 };
 
 }  // namespace
+
+void launch_image_quantizer(const GemmProblem& p, int4* img_qs, float2* img_ds, int nb_total, int nu_total,
+                            cudaStream_t stream) {
+    ImageActs::prepare(p, img_qs, img_ds, nb_total, nu_total, stream);
+}
 }  // namespace gpu
 
 void cuda_q4_0_q8_1_decode(const GemmProblem& p, cudaStream_t stream) {
