@@ -27,6 +27,16 @@
 // Tried and not kept: no quantizer kernel at N = 1, every CTA quantizing the token into its own
 // shared memory (8 lanes per block) behind its first weight step: 19.8 us per call against 15.7
 // (264 CTAs each reading and quantizing all 14336 floats).
+// Tried and not kept: the same kernel with its data moved by the copy engine (one CTA of 16 warps
+// per SM; lane 0 of each warp moving a whole step with one cp.async.bulk onto the warp's mbarrier,
+// every ring slot issued before anything waits; the activations as two bulk copies per token on a
+// barrier of their own, so that they no longer queue behind a cp.async group of weights). The idea
+// came from a gap: on an H200 a kernel that only reads Q4_0 4096 x 14336 with 16-byte loads takes
+// 8.9 us, this kernel 11.5 (bench_results/nvidia-h200/2026-11-27/read-ceiling-1330.txt). Correct
+// (tests, memcheck, racecheck), but slower or equal at every N = 1-8 on the three Llama-3-8B shapes,
+// both formats (H100, bench_results/nvidia-h100-80gb-hbm3/2026-11-27/bulk-131045.json: Q4_0 4096 x
+// 14336 N = 1 16.1 against 15.7 us, 14336 x 4096 18.6 against 15.3): the start of the stream was not
+// what held it back. Not profiled further.
 #include "decode.cuh"
 
 namespace gpu {
@@ -100,11 +110,6 @@ struct ImageActs {
 };
 
 }  // namespace
-
-void launch_image_quantizer(const GemmProblem& p, int4* img_qs, float2* img_ds, int nb_total, int nu_total,
-                            cudaStream_t stream) {
-    ImageActs::prepare(p, img_qs, img_ds, nb_total, nu_total, stream);
-}
 }  // namespace gpu
 
 void cuda_q4_0_q8_1_decode(const GemmProblem& p, cudaStream_t stream) {

@@ -374,10 +374,6 @@ void launch_tokens(int T, const ActSource& src, const typename WF::block* W, flo
 }
 }  // namespace
 
-// 2_decode.cu's quantizer (ImageActs::prepare), which 13_decode_bulk.cu launches before its kernel.
-void launch_image_quantizer(const GemmProblem& p, int4* img_qs, float2* img_ds, int nb_total, int nu_total,
-                            cudaStream_t stream);
-
 // A is float32 [N, K] (p.A); W is WF blocks [M, K/32]; p.workspace holds what Acts::prepare
 // writes there (gemm.h: act_workspace_bytes), 2_decode.cu's activation image.
 template <class WF, class Acts>
