@@ -167,8 +167,8 @@ def _kernel(kernel) -> Kernel:
 
 def _check_operand(t, name: str, fmt: str) -> int:
     """Check one GEMM operand in format ``fmt``; return its K."""
-    if fmt == "f32":
-        _check_tensor(t, name, torch.float32)
+    if fmt in ("f32", "f16"):
+        _check_tensor(t, name, torch.float32 if fmt == "f32" else torch.float16)
         K = t.shape[1]
     else:
         _check_tensor(t, name, torch.uint8)
@@ -180,7 +180,7 @@ def _check_operand(t, name: str, fmt: str) -> int:
             )
         K = t.shape[1] // f.block_bytes * f.block_size
     # f32 operands: K a multiple of 32 as well, the tile every kernel of the course steps K by
-    _check_k(K, name, F.QK if fmt == "f32" else F.SPECS[fmt].block_size)
+    _check_k(K, name, F.QK if fmt in ("f32", "f16") else F.SPECS[fmt].block_size)
     return K
 
 
@@ -229,7 +229,9 @@ def _check_sm(A: torch.Tensor, k: Kernel) -> None:
 def gemm(A: torch.Tensor, W: torch.Tensor, kernel: str, *, q8_1_sum: str | None = None) -> torch.Tensor:
     """``C [N, M] = A [N, K] @ W [M, K]^T`` with a registered kernel (a name from ``KERNELS``).
 
-    ``A`` is float32. ``W`` is float32 for f32 kernels, else the bytes of ``quantize(W, fmt)`` in
+    ``A`` is float32 (the fp16 step, afmt ``"f16"``, also takes float16 ``A``: then it skips its
+    conversion pass, and the result equals that of ``A.float()`` bit for bit, the conversion of a
+    value that fp16 holds being exact). ``W`` is float32 for f32 kernels, else the bytes of ``quantize(W, fmt)`` in
     the kernel's weight format. Kernels with 8-bit activations quantize ``A`` first, on its device,
     as llama.cpp's mul_mat does (use :func:`gemm_quantized` to pass quantized activations).
     Kernels with ``fused_quant`` (chapter 6) quantize ``A`` inside, on the GPU, to the same bytes
@@ -244,7 +246,13 @@ def gemm(A: torch.Tensor, W: torch.Tensor, kernel: str, *, q8_1_sum: str | None 
     """
     k = _kernel(kernel)
     W = _weights(W, k)
-    _check_tensor(A, "A", torch.float32)
+    a16 = k.afmt == "f16" and isinstance(A, torch.Tensor) and A.dtype == torch.float16
+    if isinstance(A, torch.Tensor) and A.dtype == torch.float16 and not a16:
+        raise TypeError(
+            f"A must be torch.float32 for kernel {k.name!r}, got torch.float16 (only the fp16 step, the "
+            "kernels with afmt 'f16', takes fp16 activations): convert with .float()"
+        )
+    _check_tensor(A, "A", torch.float16 if a16 else torch.float32)
     if q8_1_sum is not None and q8_1_sum not in _SUM_MODE:
         raise ValueError(f"q8_1_sum must be one of {tuple(_SUM_MODE)}, got {q8_1_sum!r}")
     if q8_1_sum is not None and k.afmt == "f16":
@@ -258,7 +266,7 @@ def gemm(A: torch.Tensor, W: torch.Tensor, kernel: str, *, q8_1_sum: str | None 
                 f"kernel {k.name!r} quantizes A with the reference quantizer (s = d * sum(q)) "
                 "and has no sum_x mode (the registry's sum_x says which kernels have one)"
             )
-        _check_pair(A, W, k, "f32")
+        _check_pair(A, W, k, "f16" if a16 else "f32")
         _check_sm(A, k)
         return _ops().gemm(A, W, k.name, _SUM_MODE[mode])
     Aq = quantize(A, k.afmt, q8_1_sum=mode)

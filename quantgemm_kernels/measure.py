@@ -409,13 +409,14 @@ def measure_shape(
     kernels=None,
     ggml: bool = True,
     cublas: bool = True,
+    fp16_a: bool = False,
     min_calls: int = 32,
     seed: int = 0,
     l2_bytes: int | None = None,
     progress=print,
 ) -> list[dict]:
     """Every side at every N for one weight format and layer shape, cold and warm. One row per
-    (side, N, regime)."""
+    (side, N, regime). ``fp16_a``: the fp16 step also on fp16 activations (source "ours (fp16 A)")."""
     import torch
 
     from . import api, llamacpp, testing
@@ -496,6 +497,26 @@ def measure_shape(
                     out,
                 )
             )
+            if f16 and fp16_a:  # the same kernel given fp16 activations: no conversion pass
+                A16a = A.to(torch.float16)
+
+                def run_a16(copies, calls, name=k.name, A16a=A16a):
+                    ws = Wqs[:copies]
+                    return lambda: [ops.gemm(A16a, ws[i % copies], name, 0) for i in range(calls)]
+
+                sides.append(
+                    (
+                        Side(
+                            f"{k.name} (fp16 A)",
+                            "ours (fp16 A)",
+                            "GEMM kernel alone on fp16 A (the caller's, no conversion pass; float32 C out)",
+                            "",
+                        ),
+                        run_a16,
+                        Cq,
+                        api.gemm(A16a, Wq, k.name),
+                    )
+                )
         if ggml:
             A_np = A.cpu().numpy()
 
@@ -655,7 +676,7 @@ def add_ceilings(rows: list[dict], ceilings: dict, datasheet: dict | None) -> No
 
 COLUMNS = {
     "side": "our kernel's registry name, llama.cpp (ggml mul_mat), cuBLAS fp16 or cuBLASLt int8",
-    "source": "ours, llama.cpp or cuBLAS",
+    "source": "ours, ours (fp16 A) (the fp16 step on fp16 activations: --fp16-a), llama.cpp or cuBLAS",
     "wfmt": "weight format (the cuBLAS sides: the same shape)",
     "M": "output features",
     "N": "tokens",
@@ -902,6 +923,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--min-calls", type=int, default=32, help="calls per side and regime, at least (default 32)")
     p.add_argument("--no-ggml", action="store_true", help="without llama.cpp")
     p.add_argument("--no-cublas", action="store_true", help="without cuBLAS")
+    p.add_argument(
+        "--fp16-a",
+        action="store_true",
+        help="also time the fp16 step on fp16 activations, as cuBLAS fp16 gets them (source 'ours (fp16 A)')",
+    )
     p.add_argument("--allow-busy", action="store_true", help="measure even when the host is busy (the record says so)")
     p.add_argument("--out", default=None, help="folder (default bench_results/<gpu>/<date>)")
     p.add_argument(
@@ -983,6 +1009,7 @@ def main(argv=None) -> int:
                 kernels=kernels,
                 ggml=not args.no_ggml,
                 cublas=not args.no_cublas,
+                fp16_a=args.fp16_a,
                 min_calls=args.min_calls,
                 l2_bytes=gpu["l2_bytes"],
             )

@@ -74,6 +74,14 @@ def bad_gemm_cases():
             "A must be contiguous",
         ),
         ("A 3-D", lambda: qk.gemm(A[None], W, F32_KERNEL), ValueError, "A must be 2-D"),
+        # fp16 activations: only the fp16 step (afmt "f16") takes them
+        ("A float16 for an f32 kernel", lambda: qk.gemm(A.half(), W, F32_KERNEL), TypeError, "only the fp16 step"),
+        (
+            "A float16 for a Q8_1 kernel",
+            lambda: qk.gemm(A.half(), Wq, "cuda_q4_0_q8_1_decode"),
+            TypeError,
+            "only the fp16 step",
+        ),
         ("K = 0", lambda: qk.gemm(torch.randn(3, 0), torch.randn(5, 0), F32_KERNEL), ValueError, "K \\(0\\)"),
     ]
     if q4_kernels:

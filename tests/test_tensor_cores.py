@@ -298,6 +298,33 @@ def test_fp16_step_on_llm_sizes(kernel, dist, M, N, K):
 
 
 @requires_cuda
+@pytest.mark.parametrize("kernel", [kernel_param(k) for k in F16])
+@pytest.mark.parametrize(
+    "M,N,K",
+    [(4096, 512, 14336), (14336, 300, 4096), (4096, 16, 4096), (130, 1, 256), (33, 17, 21760), (257, 100, 1056)],
+    ids=lambda v: str(v),
+)
+def test_fp16_step_takes_fp16_activations(kernel, M, N, K):
+    """Given float16 A, the fp16 step skips its conversion pass and reads A as it is: the result is
+    bit for bit that of the same values as float32 (whose conversion to fp16 is then exact), on
+    tiles of 16 to 128 tokens, split K or not, weights by TMA box or from global memory; NaN and inf
+    in A land where they do through the float32 path."""
+    k = qk.KERNELS[kernel]
+    g = torch.Generator().manual_seed(M + N)
+    A16 = (torch.randn(N, K, generator=g) * 3).half().cuda()
+    if N >= 3:  # one token with an inf, one with a NaN, the others finite
+        A16[N // 2, K // 3] = float("inf")
+        A16[N - 1, 0] = float("nan")
+    Wq = quantize_weights(torch.randn(M, K, generator=g).cuda(), k.wfmt)
+    C16 = qk.gemm(A16, Wq, kernel)
+    C32 = qk.gemm(A16.float(), Wq, kernel)
+    assert C16.dtype == torch.float32 and C16.shape == (N, M)
+    assert torch.equal(C16.isnan(), C32.isnan())
+    assert torch.equal(torch.nan_to_num(C16, nan=0.0), torch.nan_to_num(C32, nan=0.0))
+    assert C16.isfinite().any()
+
+
+@requires_cuda
 @pytest.mark.parametrize("kernel", [kernel_param(k) for k in DECODE_SUM_X])
 @pytest.mark.parametrize("dist", ["normal", "outliers", "tiny", "zeros"])
 @pytest.mark.parametrize("M,N,K", [(1, 1, 32), (33, 5, 160), (257, 9, 2048), (129, 3, 4096)], ids=lambda v: str(v))

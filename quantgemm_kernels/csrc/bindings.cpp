@@ -143,7 +143,12 @@ int64_t check_gemm_inputs(const at::Tensor& A, const at::Tensor& W, const Kernel
     QG_CHECK(A.device() == W.device(), "A and W must be on the same device, got ", A.device(), " and ", W.device());
     QG_CHECK(A.is_contiguous() && W.is_contiguous(), "A and W must be contiguous");
     auto k_of = [](const at::Tensor& t, QgFormat f, const char* what) -> int64_t {
-        if (f == QG_F32 || f == QG_F32_AS_Q8_1 || f == QG_F32_AS_F16) {
+        if (f == QG_F32_AS_F16) {  // the fp16 step: float32, or float16 it reads as it is
+            QG_CHECK(t.scalar_type() == at::kFloat || t.scalar_type() == at::kHalf, what,
+                     " must be float32 or float16, got ", t.scalar_type());
+            return t.size(1);
+        }
+        if (f == QG_F32 || f == QG_F32_AS_Q8_1) {
             QG_CHECK(t.scalar_type() == at::kFloat, what, " must be float32, got ", t.scalar_type());
             return t.size(1);
         }
@@ -429,6 +434,8 @@ at::Tensor gemm_cuda(const at::Tensor& A, const at::Tensor& W, c10::string_view 
     if (N == 0 || M == 0) return C;
     GemmProblem p{A.data_ptr(), W.data_ptr(), C.data_ptr<float>(), (int)N, (int)M, (int)K};
     p.q8_1_sum_mode = (int)sum_mode;
+    p.a_f16 = A.scalar_type() == at::kHalf;  // only the fp16 step accepts it (check_gemm_inputs)
+
     at::Tensor workspace;  // chapter 6 kernels quantize A into it (freed when the call returns:
                            // the caching allocator keeps it for the next call, stream-ordered)
     if (k->formats.a == QG_F32_AS_Q8_1) {

@@ -22,6 +22,9 @@ struct GemmProblem {
     // Kernels that quantize float32 A themselves (chapter 6): what Q8_1's s holds (formats.h,
     // Q8_1_S_*). Only the decode kernels read s; the binding refuses the mode for the others.
     int q8_1_sum_mode = 0;
+    // The fp16 step (QG_F32_AS_F16): A is already fp16 [N, K] (torch.float16), not float32, so the
+    // kernel reads it as it is instead of converting it into the workspace first.
+    bool a_f16 = false;
 };
 
 // Workspace of the chapter 6 kernels (float32 activations quantized on the GPU), the larger of:

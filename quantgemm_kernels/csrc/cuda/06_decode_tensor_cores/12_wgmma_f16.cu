@@ -347,11 +347,14 @@ void launch_f16(const GemmProblem& p, cudaStream_t stream) {
         throw std::runtime_error("cuda_q4_0_f16_wgmma / cuda_q8_0_f16_wgmma: N = " + std::to_string(p.N) +
                                  " needs more than 65535 tiles of " + std::to_string(NT) +
                                  " tokens; call it on at most " + std::to_string(65535 * NT) + " rows of A at a time");
-    // the activations as fp16 [N][K], at the start of the workspace (f16_workspace_bytes, gemm.h)
-    uint16_t* x16 = (uint16_t*)p.workspace;
-    const int64_t quads = (int64_t)p.N * p.K / 4;
-    to_f16_kernel<<<(unsigned)std::min<int64_t>((quads + 255) / 256, (int64_t)sms * 16), 256, 0, stream>>>(
-        (const float4*)p.A, (uint2*)x16, quads);
+    // the activations as fp16 [N][K]: the caller's (p.a_f16), or converted to the start of the
+    // workspace (f16_workspace_bytes, gemm.h)
+    uint16_t* x16 = p.a_f16 ? (uint16_t*)const_cast<void*>(p.A) : (uint16_t*)p.workspace;
+    if (!p.a_f16) {
+        const int64_t quads = (int64_t)p.N * p.K / 4;
+        to_f16_kernel<<<(unsigned)std::min<int64_t>((quads + 255) / 256, (int64_t)sms * 16), 256, 0, stream>>>(
+            (const float4*)p.A, (uint2*)x16, quads);
+    }
 
     static wg::PFN_encode encode = wg::tensor_map_encoder();
     CUtensorMap xmap{}, wmap{};
