@@ -69,10 +69,16 @@ struct Cfg {
     static constexpr int B = (int)sizeof(typename WF::block);
     static constexpr int RAW_ROW = KB * B;  // bytes of a row's weight stage (144 or 272)
     static constexpr int W_BYTES = BM * RAW_ROW;
-    static constexpr int W_STAGES = 3;
     static constexpr int ACT_BYTES = NT * KA * 2;  // one TMA box of NT tokens x 64 values, 128-byte swizzle
+    // Weight stages: as many as fit, 3 to 8, beside 4 activation stages per weight stage and 4 more.
+    // The producer issues weight stage w when it reaches activation stage 4w, so the activation ring
+    // must be 4 times as deep for the weight ring to fill. Small tiles leave room: Q4_0 8 stages at
+    // 16 tokens, 6 at 32; Q8_0 5 and 4; 64 and 128 tokens keep 3 (and at most 16 activation stages).
+    static constexpr bool fits(int ws) { return ws * W_BYTES + (4 * ws + 4) * ACT_BYTES <= SMEM_BUDGET; }
+    static constexpr int W_STAGES = fits(8) ? 8 : fits(7) ? 7 : fits(6) ? 6 : fits(5) ? 5 : fits(4) ? 4 : 3;
+    static constexpr int A_CAP = W_STAGES > 3 ? 4 * W_STAGES + 4 : 16;
     static constexpr int A_FIT = (SMEM_BUDGET - W_STAGES * W_BYTES) / ACT_BYTES;
-    static constexpr int A_STAGES = A_FIT < 16 ? A_FIT : 16;
+    static constexpr int A_STAGES = A_FIT < A_CAP ? A_FIT : A_CAP;
     static_assert(A_STAGES >= 2, "at least two activation stages must fit beside the weights' stages");
 };
 template <class WF, int NT>
