@@ -48,6 +48,15 @@
 // 2048: Q4_0 4096 x 14336 N = 512 255.6 us against 102.7 without clusters in the same run
 // (f16-cluster1-104406.json, f16-cluster0-104431.json; the cause was not profiled). So halving the
 // activations' L2 traffic this way did not pay; the code is not kept.
+// Tried and lost: deeper weight rings where the token tile is small (Q4_0 8 stages at 16 tokens and
+// 6 at 32, Q8_0 5 and 4, each with 4 activation stages per weight stage so that the producer could
+// fill them), to keep more weight bytes in flight at N <= 32. Correct (tests, memcheck, racecheck
+// on an H100) but slower: Q4_0 4096 x 14336 N = 16 28.3 us against 24.1, N = 32 28.4 against 26.2,
+// 14336 x 4096 N = 16 24.9 against 21.8, while the unchanged 64-token tiles (N = 48) and the seventh
+// step measured the same in both runs (bench_results/nvidia-h100-80gb-hbm3/2026-11-27/
+// f16-ring-132506.json against f16-sweep-105102.json). So at these N the weight bytes in flight
+// are not what bounds the step; the consumers' dequantization (the same work per weight at any N,
+// by 8 warps per SM) is the next suspect, not profiled.
 // Grid: x = ceil(M / 128) weight tiles, y = ceil(N / NT) token tiles, z = splits of K (in steps of
 // 8 blocks, when the tiles leave SMs idle); 384 threads: two consumer warpgroups (rows 0..63,
 // 64..127 of the tile) and a producer warpgroup of which one thread issues the copies.
@@ -69,16 +78,10 @@ struct Cfg {
     static constexpr int B = (int)sizeof(typename WF::block);
     static constexpr int RAW_ROW = KB * B;  // bytes of a row's weight stage (144 or 272)
     static constexpr int W_BYTES = BM * RAW_ROW;
+    static constexpr int W_STAGES = 3;
     static constexpr int ACT_BYTES = NT * KA * 2;  // one TMA box of NT tokens x 64 values, 128-byte swizzle
-    // Weight stages: as many as fit, 3 to 8, beside 4 activation stages per weight stage and 4 more.
-    // The producer issues weight stage w when it reaches activation stage 4w, so the activation ring
-    // must be 4 times as deep for the weight ring to fill. Small tiles leave room: Q4_0 8 stages at
-    // 16 tokens, 6 at 32; Q8_0 5 and 4; 64 and 128 tokens keep 3 (and at most 16 activation stages).
-    static constexpr bool fits(int ws) { return ws * W_BYTES + (4 * ws + 4) * ACT_BYTES <= SMEM_BUDGET; }
-    static constexpr int W_STAGES = fits(8) ? 8 : fits(7) ? 7 : fits(6) ? 6 : fits(5) ? 5 : fits(4) ? 4 : 3;
-    static constexpr int A_CAP = W_STAGES > 3 ? 4 * W_STAGES + 4 : 16;
     static constexpr int A_FIT = (SMEM_BUDGET - W_STAGES * W_BYTES) / ACT_BYTES;
-    static constexpr int A_STAGES = A_FIT < A_CAP ? A_FIT : A_CAP;
+    static constexpr int A_STAGES = A_FIT < 16 ? A_FIT : 16;
     static_assert(A_STAGES >= 2, "at least two activation stages must fit beside the weights' stages");
 };
 template <class WF, int NT>
