@@ -71,6 +71,7 @@ constexpr int A_PER_W = KB * QK / KA;  // activation stages per weight stage (4)
 static_assert(A_PER_W == 4, "a weight stage is four activation stages: the consumers unroll them");
 constexpr int CONSUMERS = 256, THREADS = CONSUMERS + 128;  // two consumer warpgroups, a producer
 constexpr int SMEM_BUDGET = 220 * 1024;                    // the H100 allows 227 KB a CTA
+constexpr int SMEM_BUDGET_2 = 100 * 1024;                  // each of two CTAs on an SM (228 KB)
 
 // NT tokens per CTA (the wgmma's N: 16, 32, 64 or 128, gemm.h's f16_tile_tokens(N)).
 template <class WF, int NT>
@@ -80,7 +81,14 @@ struct Cfg {
     static constexpr int W_BYTES = BM * RAW_ROW;
     static constexpr int W_STAGES = 3;
     static constexpr int ACT_BYTES = NT * KA * 2;  // one TMA box of NT tokens x 64 values, 128-byte swizzle
-    static constexpr int A_FIT = (SMEM_BUDGET - W_STAGES * W_BYTES) / ACT_BYTES;
+    // Two CTAs per SM where gemm.h's f16_ctas_per_sm says so (4-bit weights, 16 or 32 tokens):
+    // twice the consumer warps to hide the dequantization's latency, half the shared memory each.
+    static constexpr int CTAS = B < 32 && NT <= 32 ? 2 : 1;
+    // Two CTAs: a producer warp instead of a warpgroup (its one thread is all that works) and no
+    // register hand-over (setmaxnreg needs whole warpgroups): 2 x 288 threads share the 64K
+    // registers, 112 each, which the consumers' wgmma pipeline needs at 16 and 32 tokens.
+    static constexpr int THREADS_CTA = CTAS == 2 ? CONSUMERS + 32 : THREADS;
+    static constexpr int A_FIT = ((CTAS == 2 ? SMEM_BUDGET_2 : SMEM_BUDGET) - W_STAGES * W_BYTES) / ACT_BYTES;
     static constexpr int A_STAGES = A_FIT < 16 ? A_FIT : 16;
     static_assert(A_STAGES >= 2, "at least two activation stages must fit beside the weights' stages");
 };
@@ -209,7 +217,7 @@ __device__ __forceinline__ void block_fragment(const uint8_t* blk, int t, uint32
 #endif
 
 template <class WF, int NT, bool TMA_W, bool SPLIT>
-__global__ void __launch_bounds__(THREADS, 1)
+__global__ void __launch_bounds__(Cfg<WF, NT>::THREADS_CTA, Cfg<WF, NT>::CTAS)
     wgmma_f16_kernel(const __grid_constant__ CUtensorMap xmap, const __grid_constant__ CUtensorMap wmap,
                      const uint8_t* __restrict__ W, float* __restrict__ C, int64_t split_plane, int N, int M, int K) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -232,7 +240,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     __syncthreads();
 
     if (tid >= CONSUMERS) {  // ---- producer: one thread issues every copy
-        set_max_regs_dec<40>();
+        if constexpr (CF::CTAS == 1) set_max_regs_dec<40>();
         if (tid != CONSUMERS) return;
         auto copy_w = [&](int w) {  // weight stage w (8 blocks of BM rows)
             const int k = w - w_begin, i = k % WS;
@@ -255,7 +263,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     }
 
     // ---- consumers: rows r0 and r0 + 8 of the tile
-    set_max_regs_inc<232>();
+    if constexpr (CF::CTAS == 1) set_max_regs_inc<232>();
     const int lane = tid % 32, warp = tid / 32;
     const int g = lane / 4, t = lane % 4;
     const int r0 = 64 * (warp / 4) + 16 * (warp % 4) + g;
@@ -386,7 +394,8 @@ void launch_f16(const GemmProblem& p, cudaStream_t stream) {
                                   CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
         if (r != CUDA_SUCCESS) throw std::runtime_error("cuTensorMapEncodeTiled failed: " + std::to_string((int)r));
     }
-    const int splits = f16_splits(p.N, p.M, p.K, sms);  // the binding sized the workspace with it
+    // 4-bit weights: Q4_0 (the binding's four_bit); Cfg's CTAS and gemm.h's f16_ctas_per_sm agree
+    const int splits = f16_splits(p.N, p.M, p.K, sms, Cfg<WF, NT>::B < 32);  // the binding sized the workspace with it
     float* out = splits > 1 ? (float*)((uint8_t*)p.workspace + f16_splits_offset(p.N, p.K)) : p.C;
     const dim3 grid((p.M + BM - 1) / BM, tiles_n, splits);
     static_assert(sizeof(Smem<WF, NT>) <= 227 * 1024, "the stages exceed a Hopper CTA's shared memory");
@@ -394,8 +403,8 @@ void launch_f16(const GemmProblem& p, cudaStream_t stream) {
     const int64_t plane = (int64_t)p.N * p.M;
     auto go = [&](auto kernel) {
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        launch_maybe_pdl(kernel, grid, dim3(THREADS), smem, stream, true, xmap, wmap, (const uint8_t*)p.W, out, plane,
-                         p.N, p.M, p.K);
+        launch_maybe_pdl(kernel, grid, dim3(Cfg<WF, NT>::THREADS_CTA), smem, stream, true, xmap, wmap,
+                         (const uint8_t*)p.W, out, plane, p.N, p.M, p.K);
     };
     if (tma_w)
         splits > 1 ? go(wgmma_f16_kernel<WF, NT, true, true>) : go(wgmma_f16_kernel<WF, NT, true, false>);
