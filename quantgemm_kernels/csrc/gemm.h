@@ -77,17 +77,14 @@ inline size_t splitk_workspace_bytes(int64_t N, int64_t M, int64_t K, int sms) {
 // split keeping at least QG_F16_MIN_STEPS steps.
 constexpr int QG_F16_TILE = 128, QG_F16_MAX_SPLITS = 8, QG_F16_MIN_STEPS = 2;
 inline int f16_tile_tokens(int64_t N) { return N <= 16 ? 16 : N <= 32 ? 32 : N <= 64 ? 64 : 128; }
-// CTAs of the step per SM: two for 4-bit weights on tiles of 16 or 32 tokens (their stages fit
-// twice in shared memory and their consumers in half the registers), one otherwise.
-inline int f16_ctas_per_sm(int64_t N, bool four_bit) { return four_bit && f16_tile_tokens(N) <= 32 ? 2 : 1; }
-inline int f16_splits(int64_t N, int64_t M, int64_t K, int sms, bool four_bit) {
+inline int f16_splits(int64_t N, int64_t M, int64_t K, int sms) {
     const int64_t nt = f16_tile_tokens(N);
     const int64_t tiles = ((M + QG_F16_TILE - 1) / QG_F16_TILE) * ((N + nt - 1) / nt);
-    return splits_for(tiles, (K / QK + 7) / 8, QG_F16_MIN_STEPS, QG_F16_MAX_SPLITS, sms * f16_ctas_per_sm(N, four_bit));
+    return splits_for(tiles, (K / QK + 7) / 8, QG_F16_MIN_STEPS, QG_F16_MAX_SPLITS, sms);
 }
 inline size_t f16_splits_offset(int64_t N, int64_t K) { return ((size_t)N * K * 2 + 255) / 256 * 256; }
-inline size_t f16_workspace_bytes(int64_t N, int64_t M, int64_t K, int sms, bool four_bit) {
-    const int s = f16_splits(N, M, K, sms, four_bit);
+inline size_t f16_workspace_bytes(int64_t N, int64_t M, int64_t K, int sms) {
+    const int s = f16_splits(N, M, K, sms);
     return f16_splits_offset(N, K) + (s > 1 ? (size_t)s * N * M * sizeof(float) : 0);
 }
 

@@ -57,6 +57,12 @@
 // f16-ring-132506.json against f16-sweep-105102.json). So at these N the weight bytes in flight
 // are not what bounds the step; the consumers' dequantization (the same work per weight at any N,
 // by 8 warps per SM) is the next suspect, not profiled.
+// Tried and lost: two CTAs per SM for Q4_0 on 16- and 32-token tiles, to double the consumer warps
+// that dequantize (a producer warp instead of a warpgroup, no setmaxnreg, 100 KB of shared memory
+// each, split K counting two CTAs per SM). At 2 x 288 threads ptxas serializes the wgmmas for want
+// of registers (advisories C7511/C7512), and it is slower: Q4_0 4096 x 14336 N = 16 28.7 us against
+// 24.1, N = 32 31.3 against 26.2 (H100, f16-2cta-133256.json against f16-sweep-105102.json; the
+// 64-token tiles, N = 48, 29.0 in both). Correct (tests, memcheck, racecheck); not kept.
 // Grid: x = ceil(M / 128) weight tiles, y = ceil(N / NT) token tiles, z = splits of K (in steps of
 // 8 blocks, when the tiles leave SMs idle); 384 threads: two consumer warpgroups (rows 0..63,
 // 64..127 of the tile) and a producer warpgroup of which one thread issues the copies.
@@ -71,7 +77,6 @@ constexpr int A_PER_W = KB * QK / KA;  // activation stages per weight stage (4)
 static_assert(A_PER_W == 4, "a weight stage is four activation stages: the consumers unroll them");
 constexpr int CONSUMERS = 256, THREADS = CONSUMERS + 128;  // two consumer warpgroups, a producer
 constexpr int SMEM_BUDGET = 220 * 1024;                    // the H100 allows 227 KB a CTA
-constexpr int SMEM_BUDGET_2 = 100 * 1024;                  // each of two CTAs on an SM (228 KB)
 
 // NT tokens per CTA (the wgmma's N: 16, 32, 64 or 128, gemm.h's f16_tile_tokens(N)).
 template <class WF, int NT>
@@ -81,14 +86,7 @@ struct Cfg {
     static constexpr int W_BYTES = BM * RAW_ROW;
     static constexpr int W_STAGES = 3;
     static constexpr int ACT_BYTES = NT * KA * 2;  // one TMA box of NT tokens x 64 values, 128-byte swizzle
-    // Two CTAs per SM where gemm.h's f16_ctas_per_sm says so (4-bit weights, 16 or 32 tokens):
-    // twice the consumer warps to hide the dequantization's latency, half the shared memory each.
-    static constexpr int CTAS = B < 32 && NT <= 32 ? 2 : 1;
-    // Two CTAs: a producer warp instead of a warpgroup (its one thread is all that works) and no
-    // register hand-over (setmaxnreg needs whole warpgroups): 2 x 288 threads share the 64K
-    // registers, 112 each, which the consumers' wgmma pipeline needs at 16 and 32 tokens.
-    static constexpr int THREADS_CTA = CTAS == 2 ? CONSUMERS + 32 : THREADS;
-    static constexpr int A_FIT = ((CTAS == 2 ? SMEM_BUDGET_2 : SMEM_BUDGET) - W_STAGES * W_BYTES) / ACT_BYTES;
+    static constexpr int A_FIT = (SMEM_BUDGET - W_STAGES * W_BYTES) / ACT_BYTES;
     static constexpr int A_STAGES = A_FIT < 16 ? A_FIT : 16;
     static_assert(A_STAGES >= 2, "at least two activation stages must fit beside the weights' stages");
 };
@@ -217,7 +215,7 @@ __device__ __forceinline__ void block_fragment(const uint8_t* blk, int t, uint32
 #endif
 
 template <class WF, int NT, bool TMA_W, bool SPLIT>
-__global__ void __launch_bounds__(Cfg<WF, NT>::THREADS_CTA, Cfg<WF, NT>::CTAS)
+__global__ void __launch_bounds__(THREADS, 1)
     wgmma_f16_kernel(const __grid_constant__ CUtensorMap xmap, const __grid_constant__ CUtensorMap wmap,
                      const uint8_t* __restrict__ W, float* __restrict__ C, int64_t split_plane, int N, int M, int K) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -240,7 +238,7 @@ __global__ void __launch_bounds__(Cfg<WF, NT>::THREADS_CTA, Cfg<WF, NT>::CTAS)
     __syncthreads();
 
     if (tid >= CONSUMERS) {  // ---- producer: one thread issues every copy
-        if constexpr (CF::CTAS == 1) set_max_regs_dec<40>();
+        set_max_regs_dec<40>();
         if (tid != CONSUMERS) return;
         auto copy_w = [&](int w) {  // weight stage w (8 blocks of BM rows)
             const int k = w - w_begin, i = k % WS;
@@ -263,7 +261,7 @@ __global__ void __launch_bounds__(Cfg<WF, NT>::THREADS_CTA, Cfg<WF, NT>::CTAS)
     }
 
     // ---- consumers: rows r0 and r0 + 8 of the tile
-    if constexpr (CF::CTAS == 1) set_max_regs_inc<232>();
+    set_max_regs_inc<232>();
     const int lane = tid % 32, warp = tid / 32;
     const int g = lane / 4, t = lane % 4;
     const int r0 = 64 * (warp / 4) + 16 * (warp % 4) + g;
@@ -394,8 +392,7 @@ void launch_f16(const GemmProblem& p, cudaStream_t stream) {
                                   CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
         if (r != CUDA_SUCCESS) throw std::runtime_error("cuTensorMapEncodeTiled failed: " + std::to_string((int)r));
     }
-    // 4-bit weights: Q4_0 (the binding's four_bit); Cfg's CTAS and gemm.h's f16_ctas_per_sm agree
-    const int splits = f16_splits(p.N, p.M, p.K, sms, Cfg<WF, NT>::B < 32);  // the binding sized the workspace with it
+    const int splits = f16_splits(p.N, p.M, p.K, sms);  // the binding sized the workspace with it
     float* out = splits > 1 ? (float*)((uint8_t*)p.workspace + f16_splits_offset(p.N, p.K)) : p.C;
     const dim3 grid((p.M + BM - 1) / BM, tiles_n, splits);
     static_assert(sizeof(Smem<WF, NT>) <= 227 * 1024, "the stages exceed a Hopper CTA's shared memory");
@@ -403,8 +400,8 @@ void launch_f16(const GemmProblem& p, cudaStream_t stream) {
     const int64_t plane = (int64_t)p.N * p.M;
     auto go = [&](auto kernel) {
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        launch_maybe_pdl(kernel, grid, dim3(Cfg<WF, NT>::THREADS_CTA), smem, stream, true, xmap, wmap,
-                         (const uint8_t*)p.W, out, plane, p.N, p.M, p.K);
+        launch_maybe_pdl(kernel, grid, dim3(THREADS), smem, stream, true, xmap, wmap, (const uint8_t*)p.W, out, plane,
+                         p.N, p.M, p.K);
     };
     if (tma_w)
         splits > 1 ? go(wgmma_f16_kernel<WF, NT, true, true>) : go(wgmma_f16_kernel<WF, NT, true, false>);
