@@ -161,6 +161,24 @@ def test_ratios_ceilings_best_and_record_round_trip(tmp_path):
         ms.load_record(tmp_path / "gpu" / "none")
 
 
+def test_fp16_activation_rows_get_ratios_but_are_not_the_best_of_ours():
+    """measure --fp16-a adds the fp16 step on fp16 activations as source "ours (fp16 A)": its ratios
+    to llama.cpp and cuBLAS fp16 are derived like any row's, but "best of ours" (the tables, the
+    verdicts, the choice report) stays about calls that take float32 activations, even when the
+    fp16-A row is faster."""
+    rows = [
+        _row("cuda_q4_0_f16_wgmma", "ours", 512, "cold", 105.0),
+        _row("cuda_q4_0_f16_wgmma (fp16 A)", "ours (fp16 A)", 512, "cold", 94.0),
+        _row("llama.cpp", "llama.cpp", 512, "cold", 300.0),
+        _row("cuBLAS fp16", "cuBLAS", 512, "cold", 81.0),
+    ]
+    ms._derive(rows)
+    assert math.isclose(rows[1]["x_cublas_fp16"], 81 / 94) and math.isclose(rows[1]["x_llamacpp"], 300 / 94)
+    assert ms.best_ours(rows, "q4_0", 4096, 14336)[512]["side"] == "cuda_q4_0_f16_wgmma"
+    assert ms.side_rows(rows, "cuda_q4_0_f16_wgmma (fp16 A)", "q4_0", 4096, 14336)[512]["median_us"] == 94.0
+    assert ms._parser().parse_args(["--fp16-a"]).fp16_a and not ms._parser().parse_args([]).fp16_a
+
+
 def test_named_records_and_bench_rows(tmp_path):
     rows = [
         _row("cuda_q4_0_q8_1_dp4a", "ours", 8, "cold", 100.0, min_us=90.0, samples=32),
