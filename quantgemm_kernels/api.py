@@ -246,8 +246,8 @@ def gemm(A: torch.Tensor, W: torch.Tensor, kernel: str, *, q8_1_sum: str | None 
     """
     k = _kernel(kernel)
     W = _weights(W, k)
-    a16 = k.afmt == "f16" and isinstance(A, torch.Tensor) and A.dtype == torch.float16
-    if isinstance(A, torch.Tensor) and A.dtype == torch.float16 and not a16:
+    a16 = isinstance(A, torch.Tensor) and A.dtype == torch.float16
+    if a16 and k.afmt != "f16":
         raise TypeError(
             f"A must be torch.float32 for kernel {k.name!r}, got torch.float16 (only the fp16 step, the "
             "kernels with afmt 'f16', takes fp16 activations): convert with .float()"
