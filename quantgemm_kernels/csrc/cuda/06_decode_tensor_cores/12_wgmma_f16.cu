@@ -63,6 +63,14 @@
 // of registers (advisories C7511/C7512), and it is slower: Q4_0 4096 x 14336 N = 16 28.7 us against
 // 24.1, N = 32 31.3 against 26.2 (H100, f16-2cta-133256.json against f16-sweep-105102.json; the
 // 64-token tiles, N = 48, 29.0 in both). Correct (tests, memcheck, racecheck); not kept.
+// Tried and lost: 16 blocks of K per weight stage instead of 8 (288-byte runs of each weight row
+// per copy instead of 144, in case the short runs scattered over 128 rows kept DRAM from its
+// bandwidth; 8 steps unrolled between drains where registers allow), with 2 or 3 stages. Correct
+// (every tile width, split and unsplit, a last stage past K) but no faster: Q4_0 4096 x 14336
+// N = 16 24.7 / 26.8 us against 24.2, N = 512 111.4 / 109.2 against 105.9 (H100, f16-kb16-v1-153241,
+// f16-kb16-v2-153259 against f16-kb8-153224.json, one machine). Nsight Compute at N = 16
+// (f16-ncu-n16.txt) finds neither DRAM (45 %) nor the issue slots (48 %) saturated; at N = 2048
+// (fp16 A, f16-ncu-n2048-fp16a.txt) the tensor pipe is 71 % busy.
 // Grid: x = ceil(M / 128) weight tiles, y = ceil(N / NT) token tiles, z = splits of K (in steps of
 // 8 blocks, when the tiles leave SMs idle); 384 threads: two consumer warpgroups (rows 0..63,
 // 64..127 of the tile) and a producer warpgroup of which one thread issues the copies.
@@ -72,28 +80,27 @@ namespace gpu {
 namespace f16g {
 using namespace wg;  // the copies, barriers and wgmma helpers of the steps before
 static_assert(BM == QG_F16_TILE, "gemm.h's f16_splits counts tiles of 128 weight rows");
-constexpr int KA = 64;                                     // K per activation stage: 128 bytes of fp16
+constexpr int KA = 64;                 // K per activation stage: 128 bytes of fp16
+constexpr int A_PER_W = KB * QK / KA;  // activation stages per weight stage (4)
+static_assert(A_PER_W == 4, "a weight stage is four activation stages: the consumers unroll them");
 constexpr int CONSUMERS = 256, THREADS = CONSUMERS + 128;  // two consumer warpgroups, a producer
 constexpr int SMEM_BUDGET = 220 * 1024;                    // the H100 allows 227 KB a CTA
 
-// NT tokens per CTA (the wgmma's N: 16, 32, 64 or 128, gemm.h's f16_tile_tokens(N)); KBF blocks
-// of K per weight stage, WSW weight stages wanted (fewer where they would not fit).
-template <class WF, int NT, int KBF, int WSW>
+// NT tokens per CTA (the wgmma's N: 16, 32, 64 or 128, gemm.h's f16_tile_tokens(N)).
+template <class WF, int NT>
 struct Cfg {
     static constexpr int B = (int)sizeof(typename WF::block);
-    static constexpr int RAW_ROW = KBF * B;  // bytes of a row's weight stage
+    static constexpr int RAW_ROW = KB * B;  // bytes of a row's weight stage (144 or 272)
     static constexpr int W_BYTES = BM * RAW_ROW;
-    static constexpr int A_PER_W = KBF * QK / KA;  // activation stages per weight stage
+    static constexpr int W_STAGES = 3;
     static constexpr int ACT_BYTES = NT * KA * 2;  // one TMA box of NT tokens x 64 values, 128-byte swizzle
-    static constexpr int W_FIT = (SMEM_BUDGET - 2 * ACT_BYTES) / W_BYTES;
-    static constexpr int W_STAGES = WSW < W_FIT ? WSW : W_FIT;
     static constexpr int A_FIT = (SMEM_BUDGET - W_STAGES * W_BYTES) / ACT_BYTES;
     static constexpr int A_STAGES = A_FIT < 16 ? A_FIT : 16;
     static_assert(A_STAGES >= 2, "at least two activation stages must fit beside the weights' stages");
 };
-template <class WF, int NT, int KBF, int WSW>
+template <class WF, int NT>
 struct Smem {
-    using CF = Cfg<WF, NT, KBF, WSW>;
+    using CF = Cfg<WF, NT>;
     uint8_t act[CF::A_STAGES][CF::ACT_BYTES];  // first: stages 1024-byte aligned for the swizzle
     uint8_t w[CF::W_STAGES][CF::W_BYTES];
     uint64_t afull[CF::A_STAGES], aempty[CF::A_STAGES];
@@ -215,16 +222,16 @@ __device__ __forceinline__ void block_fragment(const uint8_t* blk, int t, uint32
 // [end excerpt: f16_fragment]
 #endif
 
-template <class WF, int NT, int KBF, int WSW, bool TMA_W, bool SPLIT>
+template <class WF, int NT, bool TMA_W, bool SPLIT>
 __global__ void __launch_bounds__(THREADS, 1)
     wgmma_f16_kernel(const __grid_constant__ CUtensorMap xmap, const __grid_constant__ CUtensorMap wmap,
                      const uint8_t* __restrict__ W, float* __restrict__ C, int64_t split_plane, int N, int M, int K) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    using CF = Cfg<WF, NT, KBF, WSW>;
-    constexpr int B = CF::B, WS = CF::W_STAGES, AS = CF::A_STAGES, A_PER_W = CF::A_PER_W;
+    using CF = Cfg<WF, NT>;
+    constexpr int B = CF::B, WS = CF::W_STAGES, AS = CF::A_STAGES;
     extern __shared__ __align__(1024) int4 smem_raw[];
-    Smem<WF, NT, KBF, WSW>& sm = *(Smem<WF, NT, KBF, WSW>*)smem_raw;
-    const int nb = K / QK, wsteps = (nb + KBF - 1) / KBF, asteps = (nb + 1) / 2;
+    Smem<WF, NT>& sm = *(Smem<WF, NT>*)smem_raw;
+    const int nb = K / QK, wsteps = (nb + KB - 1) / KB, asteps = (nb + 1) / 2;
     const int w_begin = SPLIT ? (int)((int64_t)wsteps * blockIdx.z / gridDim.z) : 0;
     const int w_end = SPLIT ? (int)((int64_t)wsteps * (blockIdx.z + 1) / gridDim.z) : wsteps;
     const int a_begin = w_begin * A_PER_W, a_end = min(w_end * A_PER_W, asteps);
@@ -245,7 +252,7 @@ __global__ void __launch_bounds__(THREADS, 1)
             const int k = w - w_begin, i = k % WS;
             if (k >= WS) bar_wait(&sm.wempty[i], ((k / WS) - 1) & 1);
             bar_expect(&sm.wfull[i], CF::W_BYTES);
-            tma_copy_2d(&sm.w[i][0], &wmap, w * CF::RAW_ROW / 4, m0, &sm.wfull[i]);
+            tma_copy_2d(&sm.w[i][0], &wmap, w * CF::RAW_ROW / 2, m0, &sm.wfull[i]);
         };
         // The weights do not depend on the conversion kernel: the first stages go before the wait.
         if constexpr (TMA_W)
@@ -288,7 +295,7 @@ __global__ void __launch_bounds__(THREADS, 1)
             const int blk = 2 * a + j;
             uint32_t lo0[2], hi0[2], lo1[2], hi1[2];
             if constexpr (TMA_W) {
-                const int lb = blk % KBF;
+                const int lb = blk % KB;
                 block_fragment<WF>(&sm.w[wi][r0 * CF::RAW_ROW + lb * B], t, lo0, hi0);
                 block_fragment<WF>(&sm.w[wi][(r0 + 8) * CF::RAW_ROW + lb * B], t, lo1, hi1);
             } else if (blk < nb) {
@@ -316,18 +323,13 @@ __global__ void __launch_bounds__(THREADS, 1)
         wgmma_wait<1>();  // step k - 1's wgmmas are done: its activation stage is free
         if (k > 0) bar_arrive(&sm.aempty[(k - 1) % AS]);
     };
-    // DR steps unrolled, drained at their end: ptxas serializes every wgmma whose result is still
-    // in flight across a loop's back edge (see wgmma_ws.cuh). A weight stage at a time, but at most
-    // 4 steps with 128-token tiles (8 unrolled make ptxas serialize the wgmmas: C7511).
-    constexpr int DR = NT == 128 && A_PER_W > 4 ? 4 : A_PER_W;
-    static_assert(DR % 2 == 0 && A_PER_W % DR == 0, "steps alternate between the two sets");
-    for (int a0 = a_begin; a0 < a_end; a0 += DR) {
+    // A weight stage's four steps unrolled, drained at its end: ptxas serializes every wgmma whose
+    // result is still in flight across a loop's back edge (see wgmma_ws.cuh).
+    for (int a0 = a_begin; a0 < a_end; a0 += A_PER_W) {
         step(std::integral_constant<int, 0>{}, a0);
-#pragma unroll
-        for (int h = 1; h < DR; h += 2) {
-            if (a0 + h < a_end) step(std::integral_constant<int, 1>{}, a0 + h);
-            if (h + 1 < DR && a0 + h + 1 < a_end) step(std::integral_constant<int, 0>{}, a0 + h + 1);
-        }
+        if (a0 + 1 < a_end) step(std::integral_constant<int, 1>{}, a0 + 1);
+        if (a0 + 2 < a_end) step(std::integral_constant<int, 0>{}, a0 + 2);
+        if (a0 + 3 < a_end) step(std::integral_constant<int, 1>{}, a0 + 3);
         wgmma_wait<0>();
     }
     wgmma_wait<0>();
@@ -348,7 +350,7 @@ __global__ void __launch_bounds__(THREADS, 1)
 #endif
 }
 
-template <class WF, int NT, int KBF, int WSW>
+template <class WF, int NT>
 void launch_f16(const GemmProblem& p, cudaStream_t stream) {
 #if !defined(QG_HAS_SM90A)
     throw std::runtime_error(
@@ -387,13 +389,13 @@ void launch_f16(const GemmProblem& p, cudaStream_t stream) {
                                   CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
         if (r != CUDA_SUCCESS) throw std::runtime_error("cuTensorMapEncodeTiled failed: " + std::to_string((int)r));
     }
-    constexpr int B = Cfg<WF, NT, KBF, WSW>::B;
+    constexpr int B = Cfg<WF, NT>::B;
     const int nb = p.K / QK;
-    const bool tma_w = nb % 8 == 0;  // rows a whole number of 16-byte vectors; a last stage past K reads zeros
+    const bool tma_w = nb % KB == 0;
     if (tma_w) {
-        const cuuint64_t dims[2] = {(cuuint64_t)nb * B / 4, (cuuint64_t)p.M}, strides[1] = {(cuuint64_t)nb * B};
-        const cuuint32_t box[2] = {KBF * B / 4, BM}, estrides[2] = {1, 1};
-        const CUresult r = encode(&wmap, CU_TENSOR_MAP_DATA_TYPE_UINT32, 2, const_cast<void*>(p.W), dims, strides, box,
+        const cuuint64_t dims[2] = {(cuuint64_t)nb * B / 2, (cuuint64_t)p.M}, strides[1] = {(cuuint64_t)nb * B};
+        const cuuint32_t box[2] = {KB * B / 2, BM}, estrides[2] = {1, 1};
+        const CUresult r = encode(&wmap, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, const_cast<void*>(p.W), dims, strides, box,
                                   estrides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
                                   CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
         if (r != CUDA_SUCCESS) throw std::runtime_error("cuTensorMapEncodeTiled failed: " + std::to_string((int)r));
@@ -401,8 +403,8 @@ void launch_f16(const GemmProblem& p, cudaStream_t stream) {
     const int splits = f16_splits(p.N, p.M, p.K, sms);  // the binding sized the workspace with it
     float* out = splits > 1 ? (float*)((uint8_t*)p.workspace + f16_splits_offset(p.N, p.K)) : p.C;
     const dim3 grid((p.M + BM - 1) / BM, tiles_n, splits);
-    static_assert(sizeof(Smem<WF, NT, KBF, WSW>) <= 227 * 1024, "the stages exceed a Hopper CTA's shared memory");
-    const size_t smem = sizeof(Smem<WF, NT, KBF, WSW>);
+    static_assert(sizeof(Smem<WF, NT>) <= 227 * 1024, "the stages exceed a Hopper CTA's shared memory");
+    const size_t smem = sizeof(Smem<WF, NT>);
     const int64_t plane = (int64_t)p.N * p.M;
     auto go = [&](auto kernel) {
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
@@ -410,34 +412,19 @@ void launch_f16(const GemmProblem& p, cudaStream_t stream) {
                          p.N, p.M, p.K);
     };
     if (tma_w)
-        splits > 1 ? go(wgmma_f16_kernel<WF, NT, KBF, WSW, true, true>)
-                   : go(wgmma_f16_kernel<WF, NT, KBF, WSW, true, false>);
+        splits > 1 ? go(wgmma_f16_kernel<WF, NT, true, true>) : go(wgmma_f16_kernel<WF, NT, true, false>);
     else
-        splits > 1 ? go(wgmma_f16_kernel<WF, NT, KBF, WSW, false, true>)
-                   : go(wgmma_f16_kernel<WF, NT, KBF, WSW, false, false>);
+        splits > 1 ? go(wgmma_f16_kernel<WF, NT, false, true>) : go(wgmma_f16_kernel<WF, NT, false, false>);
     if (splits > 1) splitk_sum(out, p.C, plane, splits, stream);
-}
-template <class WF, int KBF, int WSW>
-void gemm_f16_v(const GemmProblem& p, cudaStream_t stream) {
-    switch (f16_tile_tokens(p.N)) {  // the tokens rounded up to the wgmma's N (gemm.h)
-        case 16: launch_f16<WF, 16, KBF, WSW>(p, stream); break;
-        case 32: launch_f16<WF, 32, KBF, WSW>(p, stream); break;
-        case 64: launch_f16<WF, 64, KBF, WSW>(p, stream); break;
-        default: launch_f16<WF, 128, KBF, WSW>(p, stream);
-    }
 }
 template <class WF>
 void gemm_f16(const GemmProblem& p, cudaStream_t stream) {
-    static const int var = [] {  // EXPERIMENT: K per weight stage and stages (not to be committed as is)
-        const char* e = getenv("QG_F16_VAR");
-        return e ? atoi(e) : 0;
-    }();
-    if (var == 1)
-        gemm_f16_v<WF, 16, 2>(p, stream);
-    else if (var == 2)
-        gemm_f16_v<WF, 16, 3>(p, stream);
-    else
-        gemm_f16_v<WF, 8, 3>(p, stream);
+    switch (f16_tile_tokens(p.N)) {  // the tokens rounded up to the wgmma's N (gemm.h)
+        case 16: launch_f16<WF, 16>(p, stream); break;
+        case 32: launch_f16<WF, 32>(p, stream); break;
+        case 64: launch_f16<WF, 64>(p, stream); break;
+        default: launch_f16<WF, 128>(p, stream);
+    }
 }
 }  // namespace
 }  // namespace f16g
