@@ -71,6 +71,15 @@
 // f16-kb16-v2-153259 against f16-kb8-153224.json, one machine). Nsight Compute at N = 16
 // (f16-ncu-n16.txt) finds neither DRAM (45 %) nor the issue slots (48 %) saturated; at N = 2048
 // (fp16 A, f16-ncu-n2048-fp16a.txt) the tensor pipe is 71 % busy.
+// Tried and lost: the split-K sum inside the kernel, the splits of a tile as one cluster (grid z =
+// cluster z) adding up their partial tiles through distributed shared memory (mapa and
+// ld.shared::cluster after a cluster barrier; split order, so the same bits as the sum kernel), to
+// save the sum kernel (1.6 us of a 24 us call at N = 16: f16-kernel-durations.txt). Correct (tests,
+// memcheck, racecheck on an H100) but slower where it mattered: with 4 splits (N <= 128 on the
+// 4096-row shapes) Q4_0 4096 x 14336 N = 16 took 44.9 us against 24.2 and 4096 x 4096 20.5 against
+// 12.1; with 2 splits (N = 256) no faster (25.2 against 25.4 on 4096 x 4096) (f16-csum-154228.json
+// against f16-kb8-153224.json and f16-a16-131734.json). With one CTA per SM, clusters of 4 seem not to
+// be placed all at once (the GPU's clusters per GPC were not queried).
 // Grid: x = ceil(M / 128) weight tiles, y = ceil(N / NT) token tiles, z = splits of K (in steps of
 // 8 blocks, when the tiles leave SMs idle); 384 threads: two consumer warpgroups (rows 0..63,
 // 64..127 of the tile) and a producer warpgroup of which one thread issues the copies.
@@ -182,31 +191,6 @@ __device__ __forceinline__ void fence_acc(float (&d)[R]) {
     for (int i = 0; i < R; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// The CTAs of a cluster (the splits of K of one tile): a barrier over all their threads (release:
-// this thread's shared-memory writes before it are visible to the cluster's threads after it), and a
-// load of four floats from the shared memory of CTA `rank` of the cluster, at the address where
-// `p` lies in ours (mapa: the same variable in another CTA's shared memory).
-__device__ __forceinline__ void cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
-}
-__device__ __forceinline__ uint32_t cluster_rank() {
-    uint32_t r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-    return r;
-}
-__device__ __forceinline__ float4 ld_cluster_f4(const void* p, uint32_t rank) {
-    uint32_t remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
-                 : "=r"(remote)
-                 : "r"((uint32_t)__cvta_generic_to_shared(p)), "r"(rank));
-    float4 v;
-    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-                 : "r"(remote)
-                 : "memory");
-    return v;
-}
-
 // [excerpt: swizzle128_desc]
 // Descriptor of an fp16 tile [rows][64] (128-byte rows, K-major) with the TMA's 128-byte swizzle:
 // layout type 1 (bits 62-63), 8-row groups 1024 bytes apart (SBO; LBO unused); a k16 step within
@@ -250,14 +234,12 @@ __device__ __forceinline__ void block_fragment(const uint8_t* blk, int t, uint32
 template <class WF, int NT, bool TMA_W, bool SPLIT>
 __global__ void __launch_bounds__(THREADS, 1)
     wgmma_f16_kernel(const __grid_constant__ CUtensorMap xmap, const __grid_constant__ CUtensorMap wmap,
-                     const uint8_t* __restrict__ W, float* __restrict__ C, int N, int M, int K) {
+                     const uint8_t* __restrict__ W, float* __restrict__ C, int64_t split_plane, int N, int M, int K) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using CF = Cfg<WF, NT>;
     constexpr int B = CF::B, WS = CF::W_STAGES, AS = CF::A_STAGES;
     extern __shared__ __align__(1024) int4 smem_raw[];
     Smem<WF, NT>& sm = *(Smem<WF, NT>*)smem_raw;
-    static_assert(!SPLIT || NT * BM * sizeof(float) <= sizeof(sm.act), "a partial tile fits in the activation stages");
-    static_assert(QG_F16_MAX_SPLITS <= 8, "a cluster of more than 8 CTAs is not portable");
     const int nb = K / QK, wsteps = (nb + KB - 1) / KB, asteps = (nb + 1) / 2;
     const int w_begin = SPLIT ? (int)((int64_t)wsteps * blockIdx.z / gridDim.z) : 0;
     const int w_end = SPLIT ? (int)((int64_t)wsteps * (blockIdx.z + 1) / gridDim.z) : wsteps;
@@ -272,8 +254,9 @@ __global__ void __launch_bounds__(THREADS, 1)
     fence_proxy_async();
     __syncthreads();
 
-    // ---- producer: one thread issues every copy
-    auto produce = [&] {
+    if (tid >= CONSUMERS) {  // ---- producer: one thread issues every copy
+        set_max_regs_dec<40>();
+        if (tid != CONSUMERS) return;
         auto copy_w = [&](int w) {  // weight stage w (8 blocks of BM rows)
             const int k = w - w_begin, i = k % WS;
             if (k >= WS) bar_wait(&sm.wempty[i], ((k / WS) - 1) & 1);
@@ -290,14 +273,6 @@ __global__ void __launch_bounds__(THREADS, 1)
             if (k >= AS) bar_wait(&sm.aempty[i], ((k / AS) - 1) & 1);
             bar_expect(&sm.afull[i], CF::ACT_BYTES);
             tma_copy_2d(&sm.act[i][0], &xmap, a * KA, n0, &sm.afull[i]);
-        }
-    };
-    if (tid >= CONSUMERS) {
-        set_max_regs_dec<40>();
-        if (tid == CONSUMERS) produce();
-        if constexpr (SPLIT) {  // the producer's threads take part in the cluster's two barriers below
-            cluster_sync();
-            cluster_sync();
         }
         return;
     }
@@ -373,47 +348,14 @@ __global__ void __launch_bounds__(THREADS, 1)
     for (int e = 0; e < NT / 2; e++) acc[0][e] += acc[1][e];
 
     // acc[4j + q]: row m0 + r0 + 8 (q / 2), token n0 + 8j + 2t + q % 2
-    if constexpr (!SPLIT) {
+    float* out = SPLIT ? C + blockIdx.z * split_plane : C;
 #pragma unroll
-        for (int j = 0; j < NT / 8; j++)
+    for (int j = 0; j < NT / 8; j++)
 #pragma unroll
-            for (int q = 0; q < 4; q++) {
-                const int n = n0 + 8 * j + 2 * t + q % 2, m = m0 + r0 + 8 * (q / 2);
-                if (n < N && m < M) C[(int64_t)n * M + m] = acc[0][4 * j + q];
-            }
-    } else {
-        // [excerpt: cluster_reduce]
-        // Split K: the gridDim.z CTAs of a tile are one cluster. Each leaves its partial tile in its
-        // own shared memory ([NT][BM] floats over the activation stages, free once both consumer
-        // warpgroups are past their last wgmma); after a cluster barrier, CTA z adds up its share
-        // of the tile from every CTA's shared memory (distributed shared memory), in the order
-        // 0, 1, ..., as a second kernel adding planes in global memory would, and writes C. The
-        // second barrier keeps each CTA's shared memory alive until the others have read it.
-        asm volatile("bar.sync 1, %0;\n" ::"n"(CONSUMERS) : "memory");  // the consumers of this CTA
-        float* part = (float*)&sm.act[0][0];
-#pragma unroll
-        for (int j = 0; j < NT / 8; j++)
-#pragma unroll
-            for (int q = 0; q < 4; q++) part[(8 * j + 2 * t + q % 2) * BM + r0 + 8 * (q / 2)] = acc[0][4 * j + q];
-        cluster_sync();
-        constexpr int V = NT * BM / 4;  // float4 of the tile
-        const int splits = gridDim.z, rank = (int)cluster_rank();
-        for (int v = rank * V / splits + tid; v < (rank + 1) * V / splits; v += CONSUMERS) {
-            float4 sum = ld_cluster_f4(part + 4 * v, 0);
-            for (int z = 1; z < splits; z++) {
-                const float4 x = ld_cluster_f4(part + 4 * v, z);
-                sum.x += x.x, sum.y += x.y, sum.z += x.z, sum.w += x.w;
-            }
-            const int n = n0 + 4 * v / BM, m = m0 + 4 * v % BM;
-            const float r[4] = {sum.x, sum.y, sum.z, sum.w};
-            if (n < N)
-#pragma unroll
-                for (int c = 0; c < 4; c++)
-                    if (m + c < M) C[(int64_t)n * M + m + c] = r[c];
+        for (int q = 0; q < 4; q++) {
+            const int n = n0 + 8 * j + 2 * t + q % 2, m = m0 + r0 + 8 * (q / 2);
+            if (n < N && m < M) out[(int64_t)n * M + m] = acc[0][4 * j + q];
         }
-        cluster_sync();
-        // [end excerpt: cluster_reduce]
-    }
 #endif
 }
 
@@ -437,8 +379,8 @@ void launch_f16(const GemmProblem& p, cudaStream_t stream) {
         throw std::runtime_error("cuda_q4_0_f16_wgmma / cuda_q8_0_f16_wgmma: N = " + std::to_string(p.N) +
                                  " needs more than 65535 tiles of " + std::to_string(NT) +
                                  " tokens; call it on at most " + std::to_string(65535 * NT) + " rows of A at a time");
-    // the activations as fp16 [N][K]: the caller's (p.a_f16), or converted into the workspace
-    // (f16_workspace_bytes, gemm.h)
+    // the activations as fp16 [N][K]: the caller's (p.a_f16), or converted to the start of the
+    // workspace (f16_workspace_bytes, gemm.h)
     uint16_t* x16 = p.a_f16 ? (uint16_t*)const_cast<void*>(p.A) : (uint16_t*)p.workspace;
     if (!p.a_f16) {
         const int64_t quads = (int64_t)p.N * p.K / 4;
@@ -467,34 +409,22 @@ void launch_f16(const GemmProblem& p, cudaStream_t stream) {
                                   CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
         if (r != CUDA_SUCCESS) throw std::runtime_error("cuTensorMapEncodeTiled failed: " + std::to_string((int)r));
     }
-    const int splits = f16_splits(p.N, p.M, p.K, sms);
+    const int splits = f16_splits(p.N, p.M, p.K, sms);  // the binding sized the workspace with it
+    float* out = splits > 1 ? (float*)((uint8_t*)p.workspace + f16_splits_offset(p.N, p.K)) : p.C;
     const dim3 grid((p.M + BM - 1) / BM, tiles_n, splits);
     static_assert(sizeof(Smem<WF, NT>) <= 227 * 1024, "the stages exceed a Hopper CTA's shared memory");
     const size_t smem = sizeof(Smem<WF, NT>);
+    const int64_t plane = (int64_t)p.N * p.M;
     auto go = [&](auto kernel) {
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        // programmatic dependent launch (the conversion kernel's results are awaited inside), and
-        // with split K the splits of a tile as one cluster (at most QG_F16_MAX_SPLITS = 8 CTAs)
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = grid;
-        cfg.blockDim = dim3(THREADS);
-        cfg.dynamicSmemBytes = smem;
-        cfg.stream = stream;
-        cudaLaunchAttribute attr[2];
-        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[0].val.programmaticStreamSerializationAllowed = 1;
-        attr[1].id = cudaLaunchAttributeClusterDimension;
-        attr[1].val.clusterDim.x = 1;
-        attr[1].val.clusterDim.y = 1;
-        attr[1].val.clusterDim.z = (unsigned)splits;
-        cfg.attrs = attr;
-        cfg.numAttrs = splits > 1 ? 2 : 1;
-        cudaLaunchKernelEx(&cfg, kernel, xmap, wmap, (const uint8_t*)p.W, p.C, p.N, p.M, p.K);
+        launch_maybe_pdl(kernel, grid, dim3(THREADS), smem, stream, true, xmap, wmap, (const uint8_t*)p.W, out, plane,
+                         p.N, p.M, p.K);
     };
     if (tma_w)
         splits > 1 ? go(wgmma_f16_kernel<WF, NT, true, true>) : go(wgmma_f16_kernel<WF, NT, true, false>);
     else
         splits > 1 ? go(wgmma_f16_kernel<WF, NT, false, true>) : go(wgmma_f16_kernel<WF, NT, false, false>);
+    if (splits > 1) splitk_sum(out, p.C, plane, splits, stream);
 }
 template <class WF>
 void gemm_f16(const GemmProblem& p, cudaStream_t stream) {
