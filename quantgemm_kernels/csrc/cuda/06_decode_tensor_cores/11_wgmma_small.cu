@@ -155,8 +155,6 @@ __global__ void __launch_bounds__(SM_THREADS, 1)
     wgmma_small_kernel(const uint8_t* __restrict__ ws, const __grid_constant__ CUtensorMap wmap, float* __restrict__ C,
                        int64_t split_plane, int N, int M, int K) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    // Split K: the sum kernel (launched with PDL) may be scheduled now; it waits for our results itself.
-    if constexpr (SPLIT) allow_dependent_launch();
     using St = SmallStage<WF, NT>;
     constexpr int STAGES = SMALL_STAGES<WF, NT>;
     constexpr int B = St::B;

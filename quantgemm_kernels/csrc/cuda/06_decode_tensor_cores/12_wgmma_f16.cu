@@ -236,8 +236,6 @@ __global__ void __launch_bounds__(THREADS, 1)
     wgmma_f16_kernel(const __grid_constant__ CUtensorMap xmap, const __grid_constant__ CUtensorMap wmap,
                      const uint8_t* __restrict__ W, float* __restrict__ C, int64_t split_plane, int N, int M, int K) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    // Split K: the sum kernel (launched with PDL) may be scheduled now; it waits for our results itself.
-    if constexpr (SPLIT) allow_dependent_launch();
     using CF = Cfg<WF, NT>;
     constexpr int B = CF::B, WS = CF::W_STAGES, AS = CF::A_STAGES;
     extern __shared__ __align__(1024) int4 smem_raw[];

@@ -21,6 +21,13 @@
 // so outputs differ from the fourth step's by float32 rounding of the regrouped sum (a test bounds
 // it). With one split (large M or N, or short K) the launcher runs the fourth step as it is, and the
 // bits are the same.
+// Tried and lost: the sum kernel launched with programmatic dependent launch, every split GEMM
+// (steps 6 to 8, the mma split step) allowing it at its start, so that its CTAs would be placed
+// before the GEMM ends (the sum is 1.6 us of a 12 us call, Q4_0 4096 x 4096 N = 16). No faster on an
+// H100, same machine, one build after the other: the fp16 step 12.7 us against 12.1 there, 24.7
+// against 24.2 on 4096 x 14336, the small step 11.9 against 11.5 (split-pdl-155328.json against
+// split-nopdl-155419.json): with one GEMM CTA holding an SM's registers, the sum's CTAs find no room
+// before the GEMM's CTAs leave.
 // Grid: 7_wgmma_ws.cu's, with gridDim.z = splits; then splitk_sum over the N x M outputs.
 #include "wgmma_ws.cuh"
 
@@ -30,7 +37,6 @@ namespace {
 // C = P[0] + P[1] + ... + P[splits - 1], in that order, four floats per thread and loop.
 __global__ void __launch_bounds__(256)
     splitk_sum_kernel(const float4* __restrict__ P, float4* __restrict__ C, int64_t plane4, int splits) {
-    grid_dependency_wait();  // launched with PDL: the GEMM's partial sums are complete and visible after it
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < plane4; i += (int64_t)gridDim.x * blockDim.x) {
         float4 s = P[i];
         for (int z = 1; z < splits; z++) {
@@ -45,7 +51,6 @@ __global__ void __launch_bounds__(256)
 // The same for planes whose size is not a multiple of 4 floats (M odd and N odd).
 __global__ void __launch_bounds__(256)
     splitk_sum_scalar_kernel(const float* __restrict__ P, float* __restrict__ C, int64_t plane, int splits) {
-    grid_dependency_wait();
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < plane; i += (int64_t)gridDim.x * blockDim.x) {
         float s = P[i];
         for (int z = 1; z < splits; z++) s += P[z * plane + i];
@@ -76,20 +81,15 @@ void gemm_q8_1_wgmma_splitk(const GemmProblem& p, cudaStream_t stream) {
 // The planes' sum, four floats per thread where the plane allows (16-byte aligned: the workspace's
 // partials start on a 256-byte boundary, C is torch's).
 void splitk_sum(const float* P, float* C, int64_t plane, int splits, cudaStream_t stream) {
-    int dev = 0, sms = 0, major = 0;
+    int dev = 0, sms = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
     const int64_t items = plane % 4 == 0 ? plane / 4 : plane;
     const int blocks = (int)std::min<int64_t>((items + 255) / 256, (int64_t)sms * 8);
-    // Programmatic dependent launch (sm_90): the GEMM kernels before it allow it once all their CTAs
-    // run, so its CTAs are placed as SMs free up instead of after the GEMM's end; each waits inside.
-    const bool pdl = major >= 9;
     if (plane % 4 == 0)
-        launch_maybe_pdl(splitk_sum_kernel, dim3(blocks), dim3(256), 0, stream, pdl, (const float4*)P, (float4*)C,
-                         plane / 4, splits);
+        splitk_sum_kernel<<<blocks, 256, 0, stream>>>((const float4*)P, (float4*)C, plane / 4, splits);
     else
-        launch_maybe_pdl(splitk_sum_scalar_kernel, dim3(blocks), dim3(256), 0, stream, pdl, P, C, plane, splits);
+        splitk_sum_scalar_kernel<<<blocks, 256, 0, stream>>>(P, C, plane, splits);
 }
 
 template void gemm_q8_1_wgmma_splitk<w_q4_0, 2>(const GemmProblem&, cudaStream_t);

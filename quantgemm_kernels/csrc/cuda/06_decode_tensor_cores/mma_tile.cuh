@@ -102,8 +102,6 @@ template <class WF, class WL, bool SPLIT>
 __global__ void __launch_bounds__(THREADS, 1)
     mma_kernel(const int8_t* __restrict__ aq, const float2* __restrict__ ads, const typename WF::block* __restrict__ W,
                float* __restrict__ C, int N, int M, int K) {
-    // Split K: the sum kernel (launched with PDL) may be scheduled now; it waits for our results itself.
-    if constexpr (SPLIT) allow_dependent_launch();
     using RP = Raw<WF>;
     extern __shared__ int4 smem_raw[];
     Tile<WF, WL>* tiles = (Tile<WF, WL>*)smem_raw;                        // [2]

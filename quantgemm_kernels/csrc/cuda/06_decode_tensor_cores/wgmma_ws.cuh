@@ -59,8 +59,6 @@ __global__ void __launch_bounds__(THREADS<CW>, 1)
                     const typename WF::block* __restrict__ W, float* __restrict__ C, int64_t split_plane, int N, int M,
                     int K) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    // Split K: the sum kernel (launched with PDL) may be scheduled now; it waits for our results itself.
-    if constexpr (SPLIT) allow_dependent_launch();
     extern __shared__ __align__(1024) int4 smem_raw[];
     Smem<WF>& sm = *(Smem<WF>*)smem_raw;
     const int nb = K / QK;
