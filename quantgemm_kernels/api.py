@@ -527,13 +527,16 @@ def choice_table(
 def linear(x: torch.Tensor, W, kernel: str | None = None) -> torch.Tensor:
     """``y = x @ W^T`` as a model's linear layer computes it, with W a :class:`QTensor` (or float32).
 
-    ``x`` is float32 ``[..., K]``; ``y`` is ``[..., M]``. The kernel is :func:`pick_kernel`'s choice
-    for ``x``'s device, W's format and the number of tokens, unless ``kernel`` names one.
+    ``x`` is ``[..., K]``, float32, float16 or bfloat16; ``y`` is float32 ``[..., M]``. The kernel
+    is :func:`pick_kernel`'s choice for ``x``'s device, W's format and the number of tokens, unless
+    ``kernel`` names one. float16 ``x`` goes to the fp16 step (afmt ``"f16"``) as it is, with no
+    conversion pass; every other kernel gets ``x`` as float32 (exact: float16 and bfloat16 values are
+    float32 values), so the result is that of ``linear(x.float(), W)``.
     """
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
-    if x.dtype != torch.float32:
-        raise TypeError(f"x must be float32, got {x.dtype} (convert with .float())")
+    if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise TypeError(f"x must be float32, float16 or bfloat16, got {x.dtype}")
     if x.dim() < 1:
         raise ValueError("x must have at least one dimension, its last being K")
     wfmt = W.fmt if isinstance(W, QTensor) else "f32"
@@ -545,6 +548,8 @@ def linear(x: torch.Tensor, W, kernel: str | None = None) -> torch.Tensor:
     k = _kernel(kernel) if kernel is not None else pick_kernel(A.device, wfmt, A.shape[0], rows, A.shape[1])
     if k.wfmt != wfmt:
         raise ValueError(f"kernel {k.name!r} reads {k.wfmt} weights, W holds {wfmt}")
+    if A.dtype != torch.float32 and not (A.dtype == torch.float16 and k.afmt == "f16"):
+        A = A.float()
     if k.device == "cpu" and k.afmt != "f32" and A.device.type == "cpu" and W.device.type == "cpu":
         # What gemm() would check again is settled here: A is float32 [N, K], contiguous, on the CPU;
         # W a QTensor (its bytes checked when it was made) of the kernel's format with the same K.

@@ -116,10 +116,28 @@ def test_linear_matches_the_kernel_it_picks(wfmt, device, lead):
     assert torch.equal(y.reshape(n, M), qk.gemm(x.reshape(n, K), Wq, k))
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("wfmt", ["q4_0", "q8_0"])
+@pytest.mark.parametrize("n", [1, 5, 40, 300])
+def test_linear_takes_half_precision_activations(wfmt, device, n):
+    """float16 and bfloat16 x give, bit for bit, what their float32 values give: the fp16 step (which
+    the picker takes on Hopper from WGMMA_F16_MIN_N tokens) reads float16 x itself, every other
+    kernel gets it as float32."""
+    M, K = 136, 1024
+    Wq = qk.QTensor(quantize_weights(torch.randn(M, K, device=device), wfmt), wfmt)
+    x = torch.randn(n, K, device=device)
+    for dt in (torch.float16, torch.bfloat16):
+        xh = x.to(dt)
+        y = qk.linear(xh, Wq)
+        assert y.dtype == torch.float32 and y.shape == (n, M)
+        assert torch.equal(y, qk.linear(xh.float(), Wq)), dt
+
+
 def test_linear_bad_input_gets_clear_errors():
     Wq = qk.QTensor.quantize(torch.randn(8, 64), "q4_0")
-    with pytest.raises(TypeError, match="float32"):
-        qk.linear(torch.randn(2, 64, dtype=torch.float16), Wq)
+    for dt in (torch.float64, torch.int32):
+        with pytest.raises(TypeError, match="float32, float16 or bfloat16"):
+            qk.linear(torch.zeros(2, 64, dtype=dt), Wq)
     with pytest.raises(ValueError, match="K=32 in its last dimension, W \\[M, K\\] has K=64"):
         qk.linear(torch.randn(2, 32), Wq)
     with pytest.raises(TypeError, match="torch.Tensor"):
