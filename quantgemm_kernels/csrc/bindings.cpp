@@ -452,7 +452,7 @@ at::Tensor gemm_cuda(const at::Tensor& A, const at::Tensor& W, c10::string_view 
         p.workspace = workspace.data_ptr();
     } else if (k->formats.a == QG_F32_AS_F16) {  // the fp16 step: A as fp16, then split-K partial sums
         const int sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-        workspace = at::empty({(int64_t)f16_workspace_bytes(N, M, K, sms)}, A.options().dtype(at::kByte));
+        workspace = at::empty({(int64_t)f16_workspace_bytes(N, M, K, sms, p.a_f16)}, A.options().dtype(at::kByte));
         p.workspace = workspace.data_ptr();
     }
     k->fn(p, at::cuda::getCurrentCUDAStream());

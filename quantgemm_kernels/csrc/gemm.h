@@ -71,8 +71,8 @@ inline size_t splitk_workspace_bytes(int64_t N, int64_t M, int64_t K, int sms) {
 }
 
 // The eighth wgmma step (cuda/06_decode_tensor_cores/12_wgmma_f16.cu): the activations as fp16
-// [N][K] at the start of the workspace, then (split K) the partial sums, splits planes of N x M
-// floats. A tile is 128 weight rows by f16_tile_tokens(N) tokens (N rounded up to the wgmma's N
+// [N][K] at the start of the workspace (not when the caller gives them as fp16: a_f16), then (split
+// K) the partial sums, splits planes of N x M floats. A tile is 128 weight rows by f16_tile_tokens(N) tokens (N rounded up to the wgmma's N
 // of 16, 32, 64 or 128); K is split in steps of 8 blocks while the tiles leave SMs idle, each
 // split keeping at least QG_F16_MIN_STEPS steps.
 constexpr int QG_F16_TILE = 128, QG_F16_MAX_SPLITS = 8, QG_F16_MIN_STEPS = 2;
@@ -82,10 +82,12 @@ inline int f16_splits(int64_t N, int64_t M, int64_t K, int sms) {
     const int64_t tiles = ((M + QG_F16_TILE - 1) / QG_F16_TILE) * ((N + nt - 1) / nt);
     return splits_for(tiles, (K / QK + 7) / 8, QG_F16_MIN_STEPS, QG_F16_MAX_SPLITS, sms);
 }
-inline size_t f16_splits_offset(int64_t N, int64_t K) { return ((size_t)N * K * 2 + 255) / 256 * 256; }
-inline size_t f16_workspace_bytes(int64_t N, int64_t M, int64_t K, int sms) {
+inline size_t f16_splits_offset(int64_t N, int64_t K, bool a_f16) {
+    return a_f16 ? 0 : ((size_t)N * K * 2 + 255) / 256 * 256;
+}
+inline size_t f16_workspace_bytes(int64_t N, int64_t M, int64_t K, int sms, bool a_f16) {
     const int s = f16_splits(N, M, K, sms);
-    return f16_splits_offset(N, K) + (s > 1 ? (size_t)s * N * M * sizeof(float) : 0);
+    return f16_splits_offset(N, K, a_f16) + (s > 1 ? (size_t)s * N * M * sizeof(float) : 0);
 }
 
 typedef void (*CpuGemmFn)(const GemmProblem& p, int m_begin, int m_end);

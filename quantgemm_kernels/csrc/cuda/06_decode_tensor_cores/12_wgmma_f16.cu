@@ -410,7 +410,7 @@ void launch_f16(const GemmProblem& p, cudaStream_t stream) {
         if (r != CUDA_SUCCESS) throw std::runtime_error("cuTensorMapEncodeTiled failed: " + std::to_string((int)r));
     }
     const int splits = f16_splits(p.N, p.M, p.K, sms);  // the binding sized the workspace with it
-    float* out = splits > 1 ? (float*)((uint8_t*)p.workspace + f16_splits_offset(p.N, p.K)) : p.C;
+    float* out = splits > 1 ? (float*)((uint8_t*)p.workspace + f16_splits_offset(p.N, p.K, p.a_f16)) : p.C;
     const dim3 grid((p.M + BM - 1) / BM, tiles_n, splits);
     static_assert(sizeof(Smem<WF, NT>) <= 227 * 1024, "the stages exceed a Hopper CTA's shared memory");
     const size_t smem = sizeof(Smem<WF, NT>);
