@@ -209,8 +209,18 @@ __device__ __forceinline__ uint32_t ld16(const uint8_t* p) { return *(const uint
 // Q4_0: byte j holds k = j (low nibble) and j + 16 (high): the halfwords at 2t and 2t + 8 give both
 // k16 steps of the block; permuted to bytes (2t, 2t + 8, 2t + 1, 2t + 9), a mask of nibbles 0 and 4
 // (or 2 and 6, after a shift) puts two values in the two halves.
+// (v & 0x000F000F) | magic in one instruction: lop3 with the mask as its immediate and the magic
+// 0x64006400 in a register (written as C, the mask and the OR become two instructions, since an
+// instruction takes one immediate).
+__device__ __forceinline__ uint32_t nibbles_or(uint32_t v, uint32_t magic) {
+    uint32_t r;
+    asm("lop3.b32 %0, %1, 0x000F000F, %2, 0xEA;\n" : "=r"(r) : "r"(v), "r"(magic));  // (a & b) | c
+    return r;
+}
+
 template <class WF>
-__device__ __forceinline__ void block_fragment(const uint8_t* blk, int t, uint32_t (&lo)[2], uint32_t (&hi)[2]) {
+__device__ __forceinline__ void block_fragment(const uint8_t* blk, int t, uint32_t (&lo)[2], uint32_t (&hi)[2],
+                                               uint32_t magic) {
     const __half2 d2 = __half2half2(*(const __half*)blk);
     auto fix = [&](uint32_t bits, float off) {  // bits: two halves 1024 + u; returns d (u - off) each
         const __half2 v = __hsub2(*(const __half2*)&bits, __float2half2_rn(1024.0f + off));
@@ -219,11 +229,11 @@ __device__ __forceinline__ void block_fragment(const uint8_t* blk, int t, uint32
     };
     if constexpr (WF::offset == 8) {
         const uint32_t x = __byte_perm(ld16(blk + 2 + 2 * t), ld16(blk + 2 + 2 * t + 8), 0x5140);
-        lo[0] = fix((x & 0x000F000Fu) | 0x64006400u, 8.0f);          // k = 2t, 2t + 1
-        lo[1] = fix(((x >> 8) & 0x000F000Fu) | 0x64006400u, 8.0f);   // k = 2t + 8, 2t + 9
-        hi[0] = fix(((x >> 4) & 0x000F000Fu) | 0x64006400u, 8.0f);   // k = 16 + 2t, ..
-        hi[1] = fix(((x >> 12) & 0x000F000Fu) | 0x64006400u, 8.0f);  // k = 24 + 2t, ..
-    } else {  // Q8_0: signed bytes; (b ^ 0x80) | 0x6400 is 1024 + q + 128
+        lo[0] = fix(nibbles_or(x, magic), 8.0f);        // k = 2t, 2t + 1
+        lo[1] = fix(nibbles_or(x >> 8, magic), 8.0f);   // k = 2t + 8, 2t + 9
+        hi[0] = fix(nibbles_or(x >> 4, magic), 8.0f);   // k = 16 + 2t, ..
+        hi[1] = fix(nibbles_or(x >> 12, magic), 8.0f);  // k = 24 + 2t, ..
+    } else {                                            // Q8_0: signed bytes; (b ^ 0x80) | 0x6400 is 1024 + q + 128
         auto pair = [&](int j) { return fix(__byte_perm(ld16(blk + 2 + j), 0x64, 0x4140) ^ 0x00800080u, 128.0f); };
         lo[0] = pair(2 * t), lo[1] = pair(2 * t + 8), hi[0] = pair(16 + 2 * t), hi[1] = pair(24 + 2 * t);
     }
@@ -294,22 +304,28 @@ __global__ void __launch_bounds__(THREADS, 1)
     // Two steps' fragments: step k's wgmmas read set k % 2 while step k + 1's is built; the wait
     // for step k - 1's wgmmas (wgmma_wait<1>) comes before its set is written again.
     uint32_t f[2][4][4];
-    auto step = [&](auto set_c, int a) {
-        constexpr int SET = decltype(set_c)::value;
-        const int k = a - a_begin, i = k % AS;
-        const int wk = a / A_PER_W - w_begin, wi = wk % WS;
-        if (TMA_W && a % A_PER_W == 0) bar_wait(&sm.wfull[wi], (wk / WS) & 1);
+    // The rings' positions as running counters (stage index and the parity of its current fill),
+    // not recomputed from the step number: divisions by the stage counts and the descriptors'
+    // address arithmetic were a third of the loop's instructions at 16 tokens.
+    const uint32_t magic = 0x64006400u;                      // in a register: nibbles_or's third operand
+    const uint64_t adesc0 = swizzle128_desc(&sm.act[0][0]);  // stage i: + i * ACT_BYTES / 16
+    int ai = 0, aph = 0, prev_ai = -1;  // this step's activation stage, its parity, the previous step's
+    int wi = 0, wph = 0;                // this weight stage, its parity
+    // Step H of the weight stage that starts at step a0 (a multiple of A_PER_W): blocks 2H, 2H + 1
+    // of the stage, k16 halves 2j and 2j + 1 of each.
+    auto step = [&](auto set_c, auto h_c, int a0) {
+        constexpr int SET = decltype(set_c)::value, H = decltype(h_c)::value;
+        const int a = a0 + H;
 #pragma unroll
-        for (int j = 0; j < 2; j++) {  // the step's blocks 2a and 2a + 1: its k16 halves 2j, 2j + 1
-            const int blk = 2 * a + j;
+        for (int j = 0; j < 2; j++) {
             uint32_t lo0[2], hi0[2], lo1[2], hi1[2];
             if constexpr (TMA_W) {
-                const int lb = blk % KB;
-                block_fragment<WF>(&sm.w[wi][r0 * CF::RAW_ROW + lb * B], t, lo0, hi0);
-                block_fragment<WF>(&sm.w[wi][(r0 + 8) * CF::RAW_ROW + lb * B], t, lo1, hi1);
-            } else if (blk < nb) {
-                block_fragment<WF>(W + gr0 * row_bytes + (int64_t)blk * B, t, lo0, hi0);
-                block_fragment<WF>(W + gr1 * row_bytes + (int64_t)blk * B, t, lo1, hi1);
+                const int lb = 2 * H + j;  // the block's place in the stage (a constant once unrolled)
+                block_fragment<WF>(&sm.w[wi][r0 * CF::RAW_ROW + lb * B], t, lo0, hi0, magic);
+                block_fragment<WF>(&sm.w[wi][(r0 + 8) * CF::RAW_ROW + lb * B], t, lo1, hi1, magic);
+            } else if (const int blk = 2 * a + j; blk < nb) {  // global-memory weights
+                block_fragment<WF>(W + gr0 * row_bytes + (int64_t)blk * B, t, lo0, hi0, magic);
+                block_fragment<WF>(W + gr1 * row_bytes + (int64_t)blk * B, t, lo1, hi1, magic);
                 if (!ok0) lo0[0] = lo0[1] = hi0[0] = hi0[1] = 0;
                 if (!ok1) lo1[0] = lo1[1] = hi1[0] = hi1[1] = 0;
             } else {
@@ -321,25 +337,34 @@ __global__ void __launch_bounds__(THREADS, 1)
             x[0] = lo0[0], x[1] = lo1[0], x[2] = lo0[1], x[3] = lo1[1];
             y[0] = hi0[0], y[1] = hi1[0], y[2] = hi0[1], y[3] = hi1[1];
         }
-        if (TMA_W && (a % A_PER_W == A_PER_W - 1 || a == a_end - 1))
+        if (TMA_W && (H == A_PER_W - 1 || a == a_end - 1))
             bar_arrive(&sm.wempty[wi]);  // this thread's reads of the weight stage are done
-        bar_wait(&sm.afull[i], (k / AS) & 1);
+        bar_wait(&sm.afull[ai], aph);
         wgmma_fence();
-        const uint8_t* act = &sm.act[i][0];
+        const uint32_t dlo = (uint32_t)adesc0 + (uint32_t)ai * (CF::ACT_BYTES >> 4), dhi = (uint32_t)(adesc0 >> 32);
 #pragma unroll
-        for (int h = 0; h < 4; h++) wgmma_f16(acc[SET], f[SET][h], swizzle128_desc(act + 32 * h));  // k 16h of 64
+        for (int h = 0; h < 4; h++)  // k 16h of 64: the start address + 32h bytes
+            wgmma_f16(acc[SET], f[SET][h], (uint64_t)dhi << 32 | (dlo + 2 * h));
         wgmma_commit();
-        wgmma_wait<1>();  // step k - 1's wgmmas are done: its activation stage is free
-        if (k > 0) bar_arrive(&sm.aempty[(k - 1) % AS]);
+        wgmma_wait<1>();  // the previous step's wgmmas are done: its activation stage is free
+        if (prev_ai >= 0) bar_arrive(&sm.aempty[prev_ai]);
+        prev_ai = ai;
+        if (++ai == AS) ai = 0, aph ^= 1;
     };
+    using I0 = std::integral_constant<int, 0>;
+    using I1 = std::integral_constant<int, 1>;
+    using I2 = std::integral_constant<int, 2>;
+    using I3 = std::integral_constant<int, 3>;
     // A weight stage's four steps unrolled, drained at its end: ptxas serializes every wgmma whose
     // result is still in flight across a loop's back edge (see wgmma_ws.cuh).
     for (int a0 = a_begin; a0 < a_end; a0 += A_PER_W) {
-        step(std::integral_constant<int, 0>{}, a0);
-        if (a0 + 1 < a_end) step(std::integral_constant<int, 1>{}, a0 + 1);
-        if (a0 + 2 < a_end) step(std::integral_constant<int, 0>{}, a0 + 2);
-        if (a0 + 3 < a_end) step(std::integral_constant<int, 1>{}, a0 + 3);
+        if (TMA_W) bar_wait(&sm.wfull[wi], wph);
+        step(I0{}, I0{}, a0);
+        if (a0 + 1 < a_end) step(I1{}, I1{}, a0);
+        if (a0 + 2 < a_end) step(I0{}, I2{}, a0);
+        if (a0 + 3 < a_end) step(I1{}, I3{}, a0);
         wgmma_wait<0>();
+        if (++wi == WS) wi = 0, wph ^= 1;
     }
     wgmma_wait<0>();
     fence_acc(acc[0]);
