@@ -15,10 +15,10 @@
 // m64nNk16, f32 += f16 x f16, N = 16, 32, 64 or 128 tokens per CTA: gemm.h's f16_tile_tokens).
 // The weights are unpacked in registers, once per tile of tokens, as a register-sourced A operand
 // (the weight rows are the wgmma's M, as in the seventh step): a Q4_0 row's 4 values of a k16 step
-// come from two 16-bit loads, a byte permute, and per register one mask and OR (the half with bits
-// 0x6400 | q is 1024 + q), one subtraction (- 1032: q - 8, exact) and one multiplication by d
-// (rounded once to fp16, as llama.cpp's dequantization to fp16 rounds): some 20 instructions per
-// thread and k16 step, against 64 cycles of fp16 tensor work per warpgroup at 128 tokens. The
+// come from two 16-bit loads, a byte permute, and per register one mask and OR (one lop3: the half
+// with bits 0x6400 | q is 1024 + q), one subtraction (- 1032: q - 8, exact) and one multiplication
+// by d (rounded once to fp16, as llama.cpp's dequantization to fp16 rounds): some 20 instructions
+// per thread and k16 step, against 64 cycles of fp16 tensor work per warpgroup at 128 tokens. The
 // tokens are the wgmma's N, from shared memory in fp16 with the 128-byte swizzle the TMA writes; a
 // small kernel rounds the float32 activations to fp16 first.
 // The numbers are not the int8 path's: the activations are fp16 (11 significant bits) instead of
@@ -41,6 +41,16 @@
 // Where the rest goes (estimates, not profiled): the conversion to fp16 (4NK bytes read, 2NK
 // written) is about a tenth of a call at N >= 512 at the copy bandwidth, and each activation tile
 // leaves L2 once per 128 weight rows: 1.9 GB at N = 2048, some 5 TB/s over the GEMM's time.
+// Fewer instructions per step (H100, same machine, one build after the other, the outputs equal bit
+// for bit: f16-counters-161047.json against f16-nocounters-161148.json): at 16 tokens the loop
+// spent about as many instructions on its own bookkeeping as on the dequantization (Nsight
+// Compute: 176 warp instructions per k64 step, 24 % of them on the uniform datapath; the issue
+// slots half busy, ncu-sass-f16-n16.txt). The rings' positions are now running counters (stage
+// index and fill parity advanced per step) instead of divisions of the step number by the stage
+// counts, the activation descriptor is the first stage's plus an offset, a block's place in the
+// weight stage is a compile-time constant of the unrolled step, and the nibble mask and the fp16
+// magic are one lop3. Q4_0 4096 x 14336: N = 16 24.5 -> 20.7 us, N = 32 25.6 -> 22.3, N = 64 29.5 ->
+// 26.0, N = 2048 454.3 -> 421.3; 4096 x 4096 N = 16 12.1 -> 11.0; Q8_0 (no nibbles) 0 to 4 %.
 // Tried and lost: clusters of two CTAs (weight rows m0 and m0 + 128) sharing each activation tile,
 // each producer copying half the tokens into both CTAs (TMA .multicast::cluster), a stage released
 // by the 8 consumer warps of both CTAs (mapa + mbarrier.arrive.release.cluster). Correct (the tests,
@@ -204,11 +214,6 @@ __device__ __forceinline__ uint64_t swizzle128_desc(const void* p) {
 __device__ __forceinline__ uint32_t ld16(const uint8_t* p) { return *(const uint16_t*)p; }
 
 // [excerpt: f16_fragment]
-// The fragment of a k16 step for one row (registers a[i] and a[i + 2] of the mma layout: k = 2t,
-// 2t + 1 and 2t + 8, 2t + 9), from the block's bytes: fp16 pairs of d (q - offset).
-// Q4_0: byte j holds k = j (low nibble) and j + 16 (high): the halfwords at 2t and 2t + 8 give both
-// k16 steps of the block; permuted to bytes (2t, 2t + 8, 2t + 1, 2t + 9), a mask of nibbles 0 and 4
-// (or 2 and 6, after a shift) puts two values in the two halves.
 // (v & 0x000F000F) | magic in one instruction: lop3 with the mask as its immediate and the magic
 // 0x64006400 in a register (written as C, the mask and the OR become two instructions, since an
 // instruction takes one immediate).
@@ -218,6 +223,11 @@ __device__ __forceinline__ uint32_t nibbles_or(uint32_t v, uint32_t magic) {
     return r;
 }
 
+// The fragment of a k16 step for one row (registers a[i] and a[i + 2] of the mma layout: k = 2t,
+// 2t + 1 and 2t + 8, 2t + 9), from the block's bytes: fp16 pairs of d (q - offset).
+// Q4_0: byte j holds k = j (low nibble) and j + 16 (high): the halfwords at 2t and 2t + 8 give both
+// k16 steps of the block; permuted to bytes (2t, 2t + 8, 2t + 1, 2t + 9), a mask of nibbles 0 and 4
+// (or 2 and 6, after a shift) puts two values in the two halves.
 template <class WF>
 __device__ __forceinline__ void block_fragment(const uint8_t* blk, int t, uint32_t (&lo)[2], uint32_t (&hi)[2],
                                                uint32_t magic) {
