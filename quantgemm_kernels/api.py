@@ -394,18 +394,18 @@ WGMMA_SMALL_MAX_N = 32  #: on Hopper, the small-batch wgmma step from there to h
 #: against the float product about 7e-8 instead of 3e-5 on Q4_0 4096 x 14336); llama.cpp's cuBLAS
 #: path (not taken for Q4_0 and Q8_0 on Hopper) rounds the operands the same way and sums in fp16.
 #: None: Q8_1 activations at every N, llama.cpp's MMQ numbers throughout. From the sweep
-#: bench_results/nvidia-h200/2026-11-27/f16-sweep-103141.json (H200, cold, the three Llama-3-8B
-#: shapes, N = 1 to 2048): the small step ahead by 8 to 13 % at N = 5 to 8 (Q4_0 4096 x 14336: 21.2
-#: against 23.2), the two within 4 % at N = 12 and 16, the fp16 step ahead on every shape from
-#: N = 24 (Q4_0 4096 x 14336: 24.8 us
-#: against 27.1; N = 48: 27.9 against the narrow step's 35.6) and at N = 12 and 16 for Q8_0 on rows
-#: of 14336 (25.2 against 26.1) and 4096 x 4096 (12.8 against 12.9), behind at N = 16 for Q4_0 on
-#: every shape (4096 x 14336: 23.5 against 22.8). N = 17 to 23 and 9 to 11 are not measured. On an
-#: H100 (bench_results/nvidia-h100-80gb-hbm3/2026-11-27/f16-sweep-105102.json, the same sweep with
-#: N = 1 to 2048 in 14 steps) this choice is the fastest of ours in 78 of 84 cells; in the other six,
-#: all at N = 12 or 16, the other step is under 3 % faster (Q4_0 4096 x 14336, N = 16: the fp16
-#: step 24.1 against the small step's 24.7).
-WGMMA_F16_MIN_N: dict | None = {"q4_0": 17, "q8_0": 12}
+#: bench_results/nvidia-h100-80gb-hbm3/2026-11-27/crossover-f16-162245.json (H100, cold, the three
+#: Llama-3-8B shapes, the decode kernel and both steps in one run at N = 4 to 32), after the fp16
+#: step's loop lost a third of its instructions (12_wgmma_f16.cu's header): Q4_0, the fp16 step
+#: ahead of the small step from N = 4 on rows of 14336 (N = 5: 20.2 against 22.5 us) and on
+#: 14336 x 4096 (19.3 against 20.2), from N = 10 on 4096 x 4096 (10.9 against 11.2; at N = 5 and 6 it
+#: trails there, 10.9 against 10.4); Q8_0, ahead from N = 8 on 4096 x 4096 (13.1 against 13.6) and
+#: 4096 x 14336 (31.4 against 32.0), within 2 % either way on 14336 x 4096 from N = 4 to 16. One
+#: threshold per format: the long rows and wide layers carry most of a model's time. Before that
+#: change the H200 sweep bench_results/nvidia-h200/2026-11-27/f16-sweep-103141.json had the small
+#: step ahead at N = 5 to 16 (Q4_0 4096 x 14336 N = 8: 21.2 against 23.2): those thresholds (17
+#: and 12) are what its tables in chapter 6 show; the H200 has not been measured since.
+WGMMA_F16_MIN_N: dict | None = {"q4_0": 5, "q8_0": 8}
 #: The formats whose tensor-core kernel is the mma.sync step (Q4_1, Q4_K, Q6_K: no wgmma kernel), in
 #: its split-K launch (10_mma_splitk.cu): the decode kernel to N = 8 (Q4_1) or 16 (Q4_K, Q6_K). From
 #: the H100 record bench_results/nvidia-h100-80gb-hbm3/2026-11-27/mma-zfill-003322.json (cold,

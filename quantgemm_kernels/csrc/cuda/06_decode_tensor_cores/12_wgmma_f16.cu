@@ -35,9 +35,10 @@
 // bench_results/nvidia-h200/2026-11-27/f16-sweep-103141.json), Q4_0, M = 4096, K = 14336, median
 // us: N = 24 24.8 against llama.cpp's 41.4 and the seventh step's 27.1; N = 64 28.1 / 60.6 (the
 // sixth step 35.8); N = 512 103.9 / 299.2, cuBLAS fp16 81.2; N = 2048 414.5 / 1313.5, cuBLAS 304.2.
-// NMSE against the float product about 7e-8, against the int8 path's 3e-5. At N <= 16 the seventh
-// step is as fast or faster (the same weight stream; at N <= 8 by 8 to 13 %), and pick_kernel keeps
-// it there for Q4_0 (Q8_0: to N = 11).
+// NMSE against the float product about 7e-8, against the int8 path's 3e-5. In that record the
+// seventh step is as fast or faster at N <= 16 (at N <= 8 by 8 to 13 %); since the loop change
+// below, this step is ahead from N = 5 (Q4_0) and 8 (Q8_0) on an H100, and pick_kernel takes it from
+// there (api.WGMMA_F16_MIN_N).
 // Where the rest goes (estimates, not profiled): the conversion to fp16 (4NK bytes read, 2NK
 // written) is about a tenth of a call at N >= 512 at the copy bandwidth, and each activation tile
 // leaves L2 once per 128 weight rows: 1.9 GB at N = 2048, some 5 TB/s over the GEMM's time.
