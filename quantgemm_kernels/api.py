@@ -459,12 +459,20 @@ def _gpu_info(device: torch.device) -> tuple[tuple[int, int], int]:
 
 
 def pick_cuda_kernel(
-    wfmt: str, N: int, M: int | None, cc: tuple[int, int], sms: int, K: int | None = None, q8_1_only: bool = False
+    wfmt: str,
+    N: int,
+    M: int | None,
+    cc: tuple[int, int],
+    sms: int,
+    K: int | None = None,
+    q8_1_only: bool = False,
+    f16_min_n: dict | None = None,
 ) -> Kernel:
     """:func:`pick_kernel`'s choice on a GPU of compute capability ``cc`` with ``sms`` SMs (no GPU
     needed: :func:`choice_table` prints it for any GPU). ``K`` None: taken as a short row (K <= 4096).
     ``q8_1_only``: the choice among the kernels with Q8_1 activations (llama.cpp's MMQ numbers), as
-    with ``WGMMA_F16_MIN_N = None``."""
+    with ``WGMMA_F16_MIN_N = None``. ``f16_min_n``: thresholds of the fp16 step to use instead of
+    ``WGMMA_F16_MIN_N`` (a record made with other ones: chapter 6)."""
     few_tiles = M is not None and (M + 127) // 128 < sms // 2
     small = N <= (DECODE_MAX_N_FEW_TILES if few_tiles else DECODE_MAX_N)
     if wfmt in DECODE_MAX_N_MMA:
@@ -475,7 +483,7 @@ def pick_cuda_kernel(
     if cc >= (8, 0) and small:
         names = [f"cuda_{wfmt}_q8_1_decode"]
     elif cc == (9, 0):
-        f16_from = None if q8_1_only else (WGMMA_F16_MIN_N or {}).get(wfmt)
+        f16_from = None if q8_1_only else (f16_min_n or WGMMA_F16_MIN_N or {}).get(wfmt)
         names = [f"cuda_{wfmt}_f16_wgmma"] if f16_from is not None and N >= f16_from else []
         names += [f"cuda_{wfmt}_q8_1_wgmma_small"] if N <= WGMMA_SMALL_MAX_N else []
         names += [f"cuda_{wfmt}_q8_1_wgmma_{s}" for s in ("narrow", "splitk")]

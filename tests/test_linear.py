@@ -218,6 +218,9 @@ def test_the_gpu_choice_follows_the_measured_crossovers(monkeypatch):
     assert "f16_wgmma" in table and "wgmma_small" in table and "decode" in table and "q4_1" in table
     assert pick("q4_0", 33, 4096, *h100, K=14336, q8_1_only=True).name == "cuda_q4_0_q8_1_wgmma_narrow"
     assert pick("q8_0", 16, 4096, *h100, K=14336, q8_1_only=True).name == "cuda_q8_0_q8_1_wgmma_small"
+    then = {"q4_0": 17, "q8_0": 12}  # thresholds given instead of WGMMA_F16_MIN_N
+    assert pick("q4_0", 16, 4096, *h100, K=14336, f16_min_n=then).name == "cuda_q4_0_q8_1_wgmma_small"
+    assert pick("q4_0", 17, 4096, *h100, K=14336, f16_min_n=then).name == "cuda_q4_0_f16_wgmma"
     monkeypatch.setattr(api, "WGMMA_F16_MIN_N", None)  # Q8_1 activations at every N
     assert pick("q4_0", 16, 4096, *h100).name == "cuda_q4_0_q8_1_wgmma_small"
     assert pick("q4_0", 32, 4096, *h100, K=14336).name == "cuda_q4_0_q8_1_wgmma_small"

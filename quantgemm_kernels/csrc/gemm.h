@@ -72,9 +72,10 @@ inline size_t splitk_workspace_bytes(int64_t N, int64_t M, int64_t K, int sms) {
 
 // The eighth wgmma step (cuda/06_decode_tensor_cores/12_wgmma_f16.cu): the activations as fp16
 // [N][K] at the start of the workspace (not when the caller gives them as fp16: a_f16), then (split
-// K) the partial sums, splits planes of N x M floats. A tile is 128 weight rows by f16_tile_tokens(N) tokens (N rounded up to the wgmma's N
-// of 16, 32, 64 or 128); K is split in steps of 8 blocks while the tiles leave SMs idle, each
-// split keeping at least QG_F16_MIN_STEPS steps.
+// K) the partial sums, splits planes of N x M floats. A tile is 128 weight rows by
+// f16_tile_tokens(N) tokens (N rounded up to the wgmma's N of 16, 32, 64 or 128); K is split in
+// steps of 8 blocks while the tiles leave SMs idle, each split keeping at least QG_F16_MIN_STEPS
+// steps.
 constexpr int QG_F16_TILE = 128, QG_F16_MAX_SPLITS = 8, QG_F16_MIN_STEPS = 2;
 inline int f16_tile_tokens(int64_t N) { return N <= 16 ? 16 : N <= 32 ? 32 : N <= 64 ? 64 : 128; }
 inline int f16_splits(int64_t N, int64_t M, int64_t K, int sms) {

@@ -244,7 +244,8 @@ __device__ __forceinline__ void block_fragment(const uint8_t* blk, int t, uint32
         lo[1] = fix(nibbles_or(x >> 8, magic), 8.0f);   // k = 2t + 8, 2t + 9
         hi[0] = fix(nibbles_or(x >> 4, magic), 8.0f);   // k = 16 + 2t, ..
         hi[1] = fix(nibbles_or(x >> 12, magic), 8.0f);  // k = 24 + 2t, ..
-    } else {                                            // Q8_0: signed bytes; (b ^ 0x80) | 0x6400 is 1024 + q + 128
+    } else {                                            // Q8_0
+        // signed bytes: (b ^ 0x80) | 0x6400 is 1024 + q + 128
         auto pair = [&](int j) { return fix(__byte_perm(ld16(blk + 2 + j), 0x64, 0x4140) ^ 0x00800080u, 128.0f); };
         lo[0] = pair(2 * t), lo[1] = pair(2 * t + 8), hi[0] = pair(16 + 2 * t), hi[1] = pair(24 + 2 * t);
     }
@@ -324,8 +325,8 @@ __global__ void __launch_bounds__(THREADS, 1)
     int wi = 0, wph = 0;                // this weight stage, its parity
     // Step H of the weight stage that starts at step a0 (a multiple of A_PER_W): blocks 2H, 2H + 1
     // of the stage, k16 halves 2j and 2j + 1 of each.
-    auto step = [&](auto set_c, auto h_c, int a0) {
-        constexpr int SET = decltype(set_c)::value, H = decltype(h_c)::value;
+    auto step = [&](auto h_c, int a0) {
+        constexpr int H = decltype(h_c)::value, SET = H % 2;  // steps alternate between the two sets
         const int a = a0 + H;
 #pragma unroll
         for (int j = 0; j < 2; j++) {
@@ -362,18 +363,14 @@ __global__ void __launch_bounds__(THREADS, 1)
         prev_ai = ai;
         if (++ai == AS) ai = 0, aph ^= 1;
     };
-    using I0 = std::integral_constant<int, 0>;
-    using I1 = std::integral_constant<int, 1>;
-    using I2 = std::integral_constant<int, 2>;
-    using I3 = std::integral_constant<int, 3>;
     // A weight stage's four steps unrolled, drained at its end: ptxas serializes every wgmma whose
     // result is still in flight across a loop's back edge (see wgmma_ws.cuh).
     for (int a0 = a_begin; a0 < a_end; a0 += A_PER_W) {
         if (TMA_W) bar_wait(&sm.wfull[wi], wph);
-        step(I0{}, I0{}, a0);
-        if (a0 + 1 < a_end) step(I1{}, I1{}, a0);
-        if (a0 + 2 < a_end) step(I0{}, I2{}, a0);
-        if (a0 + 3 < a_end) step(I1{}, I3{}, a0);
+        step(std::integral_constant<int, 0>{}, a0);
+        if (a0 + 1 < a_end) step(std::integral_constant<int, 1>{}, a0);
+        if (a0 + 2 < a_end) step(std::integral_constant<int, 2>{}, a0);
+        if (a0 + 3 < a_end) step(std::integral_constant<int, 3>{}, a0);
         wgmma_wait<0>();
         if (++wi == WS) wi = 0, wph ^= 1;
     }
