@@ -25,7 +25,8 @@
 //    instructions of 512 consecutive bytes straight into its own ring of shared-memory buffers,
 //    and each lane then takes its unit from there. Two or three steps per warp are in flight
 //    while it computes on the oldest.
-//  * Warp w of the grid owns rows w, w + (all warps), ...; weights unpacked once per block and
+//  * Warp w of the grid owns rows w, w + (all warps), ... (Q4_0 at 3 tokens or more: groups of 4
+//    rows, 8 lanes per row, decode_rows_per_step); weights unpacked once per block and
 //    reused for every token; a butterfly shuffle per row sums the 32 lanes (fixed order:
 //    deterministic); a grid of at most 2 CTAs per SM, so the activations are staged a few
 //    hundred times rather than once per row.
@@ -54,9 +55,15 @@
 // queue behind twice the weight bytes, and no warp starts before they land. Activations first, then
 // every slot: 14.4 / 18.6 us. Activations with plain loads instead of cp.async (so that their wait
 // is not a wait for the weight steps too): slower at every N (17.2 against 17.0 us per call at N = 1).
+// Tried and lost (H100, Q4_0 4096 x 14336, decode-l2pf-carve-tl.txt in the same records folder):
+// a bulk L2 prefetch (cp.async.bulk.prefetch.L2) of each warp's next 1 to 6 weight steps beyond its
+// ring, issued by lane 0, slower at every distance (one token: 15.4 -> 16.2 to 17.9 us per call);
+// the quantizer's shared-memory carveout set to the decode kernel's, no change. A kernel that only
+// reads these weights takes 12.1 us on the H100 (read-ceiling-h100.txt), this kernel 14.3.
 // Needs sm_80 (cp.async); the registry's min_sm makes gemm() refuse older GPUs with a clear error.
 #pragma once
 #include <algorithm>
+#include <type_traits>
 
 #include "../w_q8_1.cuh"
 
@@ -169,6 +176,18 @@ __host__ __device__ constexpr int decode_stages(int T, int unit_vecs) {
     return T >= 2 && T <= 4 && unit_vecs <= 9 ? 3 : 2;
 }
 
+// Rows per warp step where rows are long (not packed): 4 for Q4_0 at 3 to 8 tokens, else 1 (see
+// decode_kernel). Measured (H100, weights cold, graph-replayed calls; bench_results/
+// nvidia-h100-80gb-hbm3/2026-11-27/decode-rows-tl.txt), Q4_0 4096 x 14336: N = 3 18.0 -> 17.1 us,
+// N = 4 21.5 -> 20.0, N = 8 32.7 -> 29.2; at one token 4 rows per step was slower (15.3 -> 16.7:
+// half as many warps have a row group of their own), and Q8_0 (twice the weight bytes per
+// activation byte) was 3 to 6 % slower at every N = 1-4, as was 2 rows per step at one token; at
+// 2 tokens 4 rows per step measured within 1 % (15.0 against 15.1).
+template <class WF>
+__host__ __device__ constexpr int decode_rows_per_step(int T) {
+    return std::is_same<WF, w_q4_0>::value && T >= 3 ? 4 : 1;
+}
+
 struct DecodeSmem {
     size_t act_qs, act_ds, stage, total;  // byte offsets, 16-byte aligned
     __host__ __device__ DecodeSmem(int T, int nu, int unit_vecs, int stages) {
@@ -189,7 +208,7 @@ struct ActSource {
     int nu_total;      // image: units per token row (the whole K)
 };
 
-template <class WF, int T, class Acts, bool PACKED>
+template <class WF, int T, class Acts, bool PACKED, int RG>
 // Q4_0: 2 CTAs per SM (at most 128 registers); Q8_0 units are twice as wide and need more.
 __global__ void __launch_bounds__(DEC_THREADS, sizeof(typename WF::block) < 32 ? 2 : 1)  // 4-bit: 2 CTAs/SM
     decode_kernel(ActSource src, const typename WF::block* __restrict__ W, float* __restrict__ C, int M, int K,
@@ -217,9 +236,13 @@ __global__ void __launch_bounds__(DEC_THREADS, sizeof(typename WF::block) < 32 ?
     // shapes run code with no trace of it: as a runtime flag it cost long rows up to 14 % at 2 to
     // 8 tokens (H100, 4096 x 14336, 24.1 against 21.1 us at N = 4).
     constexpr bool packed = PACKED;
-    const int R = packed ? 32 / nu : 1;        // rows per group
-    const int seg = packed ? nu : 32;          // lanes summed into one row
-    const int steps_per_row = (nu + 31) / 32;  // per group: 1 where packed
+    // Long rows (not PACKED), RG rows per step: lanes [32/RG * j, 32/RG * (j + 1)) take 32/RG
+    // consecutive units of the group's row j, so that a warp's 128-bit activation loads touch 32/RG
+    // distinct units (RG = 1: 32, four wavefronts; RG = 4: 8, one) instead of 32.
+    constexpr int LSEG = 32 / RG;         // lanes per row, long rows
+    const int R = packed ? 32 / nu : RG;  // rows per group
+    const int seg = packed ? nu : LSEG;   // lanes summed into one row
+    const int steps_per_row = packed ? 1 : (nu + LSEG - 1) / LSEG;
     const int groups = (M + R - 1) / R;
     const int groups_mine = warp_global < groups ? (groups - 1 - warp_global) / warps_total + 1 : 0;
     const int items = groups_mine * steps_per_row;  // item i: group warp_global + (i / steps) * warps_total
@@ -235,12 +258,22 @@ __global__ void __launch_bounds__(DEC_THREADS, sizeof(typename WF::block) < 32 ?
         if (units && i < items) {
             const int g = warp_global + (i / steps_per_row) * warps_total, st = i % steps_per_row;
             const int r = g * R;  // the group's first row
-            const uint4* src = (const uint4*)(W + (int64_t)r * nb_total + kb0) + (int64_t)st * STEP_VECS;
+            const uint4* src = (const uint4*)(W + (int64_t)r * nb_total + kb0) + (int64_t)st * LSEG * VECS;
             uint4* dst = ring + (i % STAGES) * STEP_VECS;
-            const int count = (packed ? min(R, M - r) * nu : min(32, nu - 32 * st)) * VECS;
+            if (packed || RG == 1) {
+                const int count = (packed ? min(R, M - r) * nu : min(32, nu - 32 * st)) * VECS;
 #pragma unroll
-            for (int v = 0; v < VECS; v++)
-                if (lane + 32 * v < count) cp_async16(dst + lane + 32 * v, src + lane + 32 * v);
+                for (int v = 0; v < VECS; v++)
+                    if (lane + 32 * v < count) cp_async16(dst + lane + 32 * v, src + lane + 32 * v);
+            } else {  // RG runs, one per row, of min(LSEG, nu - LSEG * st) units
+                const int run = min(LSEG, nu - LSEG * st) * VECS, rows = min(RG, M - r);
+#pragma unroll
+                for (int v = 0; v < VECS; v++) {
+                    const int e = lane + 32 * v, j = e / (LSEG * VECS), o = e % (LSEG * VECS);
+                    if (j < rows && o < run)
+                        cp_async16(dst + e, src + (int64_t)j * nb_total * sizeof(typename WF::block) / 16 + o);
+                }
+            }
         }
         cp_async_commit();
         // [end excerpt: issue]
@@ -294,8 +327,8 @@ __global__ void __launch_bounds__(DEC_THREADS, sizeof(typename WF::block) < 32 ?
         cp_async_wait<STAGES - 1>();  // this lane's copies of item i have landed...
         __syncwarp();                 // ...and every other lane's
         const int st = i % steps_per_row, g = warp_global + (i / steps_per_row) * warps_total;
-        const int u = packed ? lane % nu : 32 * st + lane;  // this lane's unit of its row
-        if (packed ? g * R + lane / nu < M : u < nu) {
+        const int u = packed ? lane % nu : LSEG * st + lane % LSEG;  // this lane's unit of its row
+        if (packed ? g * R + lane / nu < M : u < nu && g * R + lane / LSEG < M) {
             Unit<WF> cur;
             cur.load_shared(ring + (i % STAGES) * STEP_VECS + lane * VECS);
             // [end excerpt: consume]
@@ -338,7 +371,10 @@ void launch_pass(const ActSource& src, const typename WF::block* W, float* C, in
     const int nu = (nb + UNIT - 1) / UNIT;
     const size_t smem = DecodeSmem(T, nu, Unit<WF>::VECS, decode_stages(T, Unit<WF>::VECS)).total;
     const bool packed = nb_total % UNIT == 0 && kb0 % UNIT == 0 && nb == nb_total && nu < 32 && 32 % nu == 0;
-    auto kernel = packed ? decode_kernel<WF, T, Acts, true> : decode_kernel<WF, T, Acts, false>;
+    // Long Q4_0 rows at 3 tokens or more: 4 rows per warp step (decode_rows_per_step).
+    constexpr int RG = decode_rows_per_step<WF>(T);
+    const int rg = packed ? 1 : RG;
+    auto kernel = packed ? decode_kernel<WF, T, Acts, true, 1> : decode_kernel<WF, T, Acts, false, RG>;
     if (smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     int dev = 0;
     cudaGetDevice(&dev);
@@ -350,7 +386,8 @@ void launch_pass(const ActSource& src, const typename WF::block* W, float* C, in
     }
     // A few CTAs per SM, their warps looping over rows: enough warps to keep HBM busy, few enough
     // CTAs that the activations are not copied (or quantized) again for every 8 rows.
-    const int warps_needed = (M + DEC_WARPS - 1) / DEC_WARPS;
+    const int groups = (M + rg - 1) / rg;  // a warp's rows per pass (packed rows: at least)
+    const int warps_needed = (groups + DEC_WARPS - 1) / DEC_WARPS;
     const int ctas = std::max(1, std::min(warps_needed, device_info().sms * std::min(per_sm, 2)));
     // [excerpt: pdl_launch]
     const bool pdl = Acts::PDL && device_info().major >= 9;  // PDL: sm_90 and later
