@@ -38,8 +38,8 @@
 // Shared memory: the T tokens' activations (quants, 17 vectors per unit; (d, s) pairs) and one
 // ring of 2 or 3 steps per warp (decode_stages says when 3 fit). Registers: Q4_0 at most 128 per
 // thread, so that 2 CTAs share an SM.
-// Grid: min(ceil(M / 8), SMs x min(CTAs that fit per SM, 2)) CTAs of 256 threads (8 warps), one
-// launch per pass of T tokens and K chunk.
+// Grid: min(ceil(G / 8), SMs x min(CTAs that fit per SM, 2)) CTAs of 256 threads (8 warps), G the
+// row groups (M, or M / 4 rounded up), one launch per pass of T tokens and K chunk.
 // Measured: with each lane loading its own unit, the profiler showed the L1 busy while HBM idled
 // at a third of its bandwidth (hence the staging). Ring depth: 3 steps per warp for Q4_0 at 2 to
 // 4 tokens, 2 otherwise (Q8_0's steps are twice as large, more tokens need the shared memory for
