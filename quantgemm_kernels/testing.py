@@ -173,9 +173,12 @@ def check_on_distributions(kernel, shape=None) -> int:
 # ---------------------------------------------------------------------------------------------
 
 #: Small ragged shapes (M, N, K) for runs under compute-sanitizer (10-100x slower than normal):
-#: one block, a tile edge in every dimension, K of 4 blocks, a longer K. tools/sanitize.sh uses them.
+#: one block, a tile edge in every dimension, K of 4 blocks, a longer K, and a long row: 264 blocks,
+#: 33 of the decode kernel's 8-block units, so its warp steps end ragged (one row a step: 32 units,
+#: then 1; Q4_0 at 5 tokens, 4 rows a step: 8 units each, the fifth of 1), and 37 rows leave a
+#: partial group of rows. tools/sanitize.sh uses them.
 #: K counts 32-value blocks: run them through :func:`shape_for` (x8 for the K-quant kernels).
-SANITIZE_SHAPES = [(1, 1, 32), (7, 3, 96), (83, 9, 128), (130, 2, 1024)]
+SANITIZE_SHAPES = [(1, 1, 32), (7, 3, 96), (83, 9, 128), (130, 2, 1024), (37, 5, 8448)]
 
 
 def poisoned_call(fn, out_shape, device: str, poison: float = float("nan")):

@@ -91,6 +91,10 @@
 // 12.1; with 2 splits (N = 256) no faster (25.2 against 25.4 on 4096 x 4096) (f16-csum-154228.json
 // against f16-kb8-153224.json and f16-a16-131734.json). With one CTA per SM, clusters of 4 seem not to
 // be placed all at once (the GPU's clusters per GPC were not queried).
+// Two weight stages per loop iteration where the tile has 16 to 64 tokens (PAIR below): one drain of
+// the wgmma pipeline per 8 steps instead of 4. H100, one machine, two builds: Q4_0 14336 x 4096
+// N = 48 23.78 -> 22.78 us, N = 64 23.84 -> 22.98, elsewhere 0 to 2 %, Q8_0 unchanged
+// (f16-pair-ab.txt). At 128 tokens ptxas cannot pipeline the wgmmas of two stages (C7511).
 // Grid: x = ceil(M / 128) weight tiles, y = ceil(N / NT) token tiles, z = splits of K (in steps of
 // 8 blocks, when the tiles leave SMs idle); 384 threads: two consumer warpgroups (rows 0..63,
 // 64..127 of the tile) and a producer warpgroup of which one thread issues the copies.
@@ -363,16 +367,24 @@ __global__ void __launch_bounds__(THREADS, 1)
         prev_ai = ai;
         if (++ai == AS) ai = 0, aph ^= 1;
     };
-    // A weight stage's four steps unrolled, drained at its end: ptxas serializes every wgmma whose
-    // result is still in flight across a loop's back edge (see wgmma_ws.cuh).
-    for (int a0 = a_begin; a0 < a_end; a0 += A_PER_W) {
+    // Two weight stages' eight steps unrolled, drained at their end: ptxas serializes every wgmma
+    // whose result is still in flight across a loop's back edge (see wgmma_ws.cuh). Between the two
+    // stages nothing waits: a stage's weights are in registers once its last step has built them.
+    auto stage = [&](int a0) {
         if (TMA_W) bar_wait(&sm.wfull[wi], wph);
         step(std::integral_constant<int, 0>{}, a0);
         if (a0 + 1 < a_end) step(std::integral_constant<int, 1>{}, a0);
         if (a0 + 2 < a_end) step(std::integral_constant<int, 2>{}, a0);
         if (a0 + 3 < a_end) step(std::integral_constant<int, 3>{}, a0);
-        wgmma_wait<0>();
         if (++wi == WS) wi = 0, wph ^= 1;
+    };
+    // Not at 128 tokens (ptxas then lacks the registers to pipeline the wgmmas: advisory C7511) nor
+    // where the weights come from global memory (a spill).
+    constexpr int PAIR = NT < 128 && TMA_W ? 2 : 1;
+    for (int a0 = a_begin; a0 < a_end; a0 += PAIR * A_PER_W) {
+        stage(a0);
+        if (PAIR == 2 && a0 + A_PER_W < a_end) stage(a0 + A_PER_W);
+        wgmma_wait<0>();
     }
     wgmma_wait<0>();
     fence_acc(acc[0]);

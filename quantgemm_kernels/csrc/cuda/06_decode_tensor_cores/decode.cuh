@@ -386,9 +386,9 @@ void launch_pass(const ActSource& src, const typename WF::block* W, float* C, in
     }
     // A few CTAs per SM, their warps looping over rows: enough warps to keep HBM busy, few enough
     // CTAs that the activations are not copied (or quantized) again for every 8 rows.
-    const int groups = (M + rg - 1) / rg;  // a warp's rows per pass (packed rows: at least)
-    const int warps_needed = (groups + DEC_WARPS - 1) / DEC_WARPS;
-    const int ctas = std::max(1, std::min(warps_needed, device_info().sms * std::min(per_sm, 2)));
+    const int groups = (M + rg - 1) / rg;                          // a warp's rows per pass (packed rows: at least)
+    const int ctas_needed = (groups + DEC_WARPS - 1) / DEC_WARPS;  // one group per warp
+    const int ctas = std::max(1, std::min(ctas_needed, device_info().sms * std::min(per_sm, 2)));
     // [excerpt: pdl_launch]
     const bool pdl = Acts::PDL && device_info().major >= 9;  // PDL: sm_90 and later
     launch_maybe_pdl(kernel, dim3(ctas), dim3(DEC_THREADS), smem, stream, pdl, src, W, C, M, K, nb_total, kb0, nb,
