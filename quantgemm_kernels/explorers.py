@@ -332,34 +332,34 @@ def gemm_nmse_live(M: int = 128, N: int = 16, seed: int = 0, Ks=GEMM_KS):
     the data, a seed; the curve over ``Ks`` with the threshold, redrawn on every change."""
     import ipywidgets as widgets
 
+    from .viz import figure_image
+
     plt = _pyplot()
     style = {"description_width": "90px"}
     wfmt = widgets.Dropdown(options=list(GEMM_WEIGHT_FORMATS), value="q4_0", description="weights", style=style)
     afmt = widgets.Dropdown(options=list(GEMM_ACT_FORMATS), value="q8_1", description="activations", style=style)
     dist = widgets.Dropdown(options=list(GEMM_DISTRIBUTIONS), value="normal", description="data", style=style)
     seed_w = widgets.IntSlider(value=seed, min=0, max=20, description="seed", style=style)
-    out = widgets.Output()
+    image, show = figure_image(dpi=90)
 
     def redraw(change=None):
         grid = gemm_nmse_grid((wfmt.value,), (afmt.value,), (dist.value,), Ks, M, N, seed_w.value)
         ys = [grid[(wfmt.value, afmt.value, dist.value, K)] for K in Ks]
-        with out:
-            out.clear_output(wait=True)
-            fig, ax = plt.subplots(figsize=(7, 3.6))
-            ax.loglog(Ks, ys, "o-", lw=2, label=f"{wfmt.value} x {afmt.value}, {dist.value}")
-            ax.axhline(LLAMACPP_MUL_MAT_NMSE, color="C3", ls="--", label="llama.cpp MUL_MAT threshold (5e-4)")
-            ax.set_xticks(Ks, [str(K) for K in Ks])
-            ax.set_xlabel("K")
-            ax.set_ylabel("NMSE vs float64")
-            ax.set_title(f"N = {N}, M = {M}, seed {seed_w.value}", fontsize=9)
-            ax.legend(fontsize=8)
-            fig.tight_layout()
-            plt.show()
+        fig, ax = plt.subplots(figsize=(7, 3.6))
+        ax.loglog(Ks, ys, "o-", lw=2, label=f"{wfmt.value} x {afmt.value}, {dist.value}")
+        ax.axhline(LLAMACPP_MUL_MAT_NMSE, color="C3", ls="--", label="llama.cpp MUL_MAT threshold (5e-4)")
+        ax.set_xticks(Ks, [str(K) for K in Ks])
+        ax.set_xlabel("K")
+        ax.set_ylabel("NMSE vs float64")
+        ax.set_title(f"N = {N}, M = {M}, seed {seed_w.value}", fontsize=9)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        show(fig)
 
     for w in (wfmt, afmt, dist, seed_w):
         w.observe(redraw, names="value")
     redraw()
-    return widgets.VBox([widgets.HBox([wfmt, afmt]), widgets.HBox([dist, seed_w]), out])
+    return widgets.VBox([widgets.HBox([wfmt, afmt]), widgets.HBox([dist, seed_w]), image])
 
 
 # --------------------------------------------------------------------------------------------
@@ -585,9 +585,8 @@ def records_live(records: dict[str, dict]):
     redrawn with matplotlib in Jupyter."""
     import ipywidgets as widgets
 
-    from .viz import plot_crossover
+    from .viz import figure_image, plot_crossover
 
-    plt = _pyplot()
     device = widgets.Dropdown(options=list(records), description="GPU")
     wfmt = widgets.Dropdown(
         options=sorted({r["wfmt"] for rec in records.values() for r in rec["rows"]}), description="weights"
@@ -599,23 +598,22 @@ def records_live(records: dict[str, dict]):
         ],
         description="M x K",
     )
-    out = widgets.Output()
+    image, show = figure_image(dpi=90)
+    note = widgets.HTML()
 
     def redraw(change=None):
-        with out:
-            out.clear_output(wait=True)
-            rec = records[device.value]
-            rec = dict(rec, header=dict(rec["header"], ceilings=ceilings(rec["header"])))  # chapter 5's: under "cuda"
-            if not any(r["wfmt"] == wfmt.value and (r["M"], r["K"]) == shape.value for r in rec["rows"]):
-                print("not measured on this GPU")
-                return
-            plot_crossover(rec, wfmt.value, *shape.value)
-            plt.show()
+        rec = records[device.value]
+        rec = dict(rec, header=dict(rec["header"], ceilings=ceilings(rec["header"])))  # chapter 5's: under "cuda"
+        measured = any(r["wfmt"] == wfmt.value and (r["M"], r["K"]) == shape.value for r in rec["rows"])
+        note.value = "" if measured else "<em>not measured on this GPU</em>"
+        image.layout.display = None if measured else "none"
+        if measured:
+            show(plot_crossover(rec, wfmt.value, *shape.value))
 
     for w in (device, wfmt, shape):
         w.observe(redraw, names="value")
     redraw()
-    return widgets.VBox([widgets.HBox([device, wfmt, shape]), out])
+    return widgets.VBox([widgets.HBox([device, wfmt, shape]), note, image])
 
 
 # --------------------------------------------------------------------------------------------

@@ -38,6 +38,30 @@ def _pyplot():
     return plt
 
 
+def figure_image(dpi: int = 80):
+    """``(image, show)``: an ``ipywidgets.Image`` and the function that puts a matplotlib figure in
+    it as PNG (and closes the figure). The explorers that redraw a figure use it instead of an
+    ``Output`` widget around ``plt.show()``: a new picture is only a change of the widget's value,
+    so drawing never goes through the kernel's display machinery. (Most of them are built inside
+    ``Explorer._repr_mimebundle_``, while IPython formats a cell's result; showing a figure from
+    there through an Output widget re-enters that machinery, and on an H100 machine's image a
+    Jupyter kernel stalled there for minutes in some runs, not in others.)"""
+    import io
+
+    import ipywidgets as widgets
+
+    plt = _pyplot()
+    image = widgets.Image(format="png")
+
+    def show(fig) -> None:
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=dpi)
+        plt.close(fig)
+        image.value = buf.getvalue()
+
+    return image, show
+
+
 # --------------------------------------------------------------------------------------------
 # Chapter 1: kernels, timings, speedups
 # --------------------------------------------------------------------------------------------
@@ -165,19 +189,19 @@ def speedup_explorer(results: list[dict], baseline: str | None = None, title: st
         raise ValueError("results is empty: nothing to explore")
     options = [(f"M={M}, N={N}, K={K}", (M, N, K)) for (M, N, K) in groups]
     shape = widgets.Dropdown(options=options, description="shape")
-    out = widgets.Output()
+    image, show = figure_image(dpi=90)
 
     def redraw(change=None):
         chosen = [r for r in results if _shape_key(r) == shape.value]
-        with out:
-            out.clear_output(wait=True)
-            base = baseline if baseline in {r["kernel"] for r in chosen} else None
-            plot_speedup(chosen, title or "speedup", baseline=base)
-            plt.show()
+        base = baseline if baseline in {r["kernel"] for r in chosen} else None
+        plot_speedup(chosen, title or "speedup", baseline=base)
+        fig = plt.gcf()
+        fig.tight_layout()
+        show(fig)
 
     shape.observe(redraw, names="value")
     redraw()
-    return widgets.VBox([shape, out])
+    return widgets.VBox([shape, image])
 
 
 def plot_roofline(results: list[dict], peak_gflops: float, peak_gbps: float, title: str, ax=None):

@@ -215,3 +215,42 @@ def test_live_explorers_draw_outside_jupyter():
         E.bench_explorer(ROWS, baseline="naive").live,
     ):
         assert live().children
+
+
+def _widgets_in(w) -> list:
+    return [w] + [x for c in getattr(w, "children", ()) for x in _widgets_in(c)]
+
+
+def test_live_explorers_redraw_into_a_png_image():
+    """The figure is an Image widget's PNG value (no Output widget): a control moved to another
+    value puts another picture there; a combination with no data shows a note and hides it."""
+    widgets = pytest.importorskip("ipywidgets")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    records = E.load_records()
+    for box in (
+        E.records_explorer(records).live(),
+        E.gemm_nmse_live(M=8, N=2, Ks=(256, 1024)),
+        E.bench_explorer(ROWS, baseline="naive").live(),
+    ):
+        ws = _widgets_in(box)
+        assert not [w for w in ws if isinstance(w, widgets.Output)]
+        (image,) = [w for w in ws if isinstance(w, widgets.Image)]
+        assert image.value[:8] == b"\x89PNG\r\n\x1a\n"
+        before = image.value
+        dropdown = next(w for w in ws if isinstance(w, widgets.Dropdown) and len(w.options) > 1)
+        dropdown.value = next(o[1] if isinstance(o, tuple) else o for o in dropdown.options[1:])
+        assert image.value[:8] == b"\x89PNG\r\n\x1a\n" and image.value != before
+    # a GPU whose record lacks a shape that another has: the note, no picture; back: the picture
+    first = next(iter(records.values()))
+    kept = (first["rows"][0]["M"], first["rows"][0]["K"])
+    partial = dict(first, rows=[r for r in first["rows"] if (r["M"], r["K"]) == kept])
+    box = E.records_explorer({"full": first, "partial": partial}).live()
+    device, wfmt, shape = box.children[0].children
+    note, image = box.children[1], box.children[2]
+    shape.value = next(s[1] for s in shape.options if s[1] != kept)
+    device.value = "partial"
+    assert "not measured" in note.value and image.layout.display == "none"
+    device.value = "full"
+    assert note.value == "" and image.layout.display is None
