@@ -281,6 +281,11 @@ __global__ void __launch_bounds__(THREADS, 1)
     __syncthreads();
 
     if (tid >= CONSUMERS) {  // ---- producer: one thread issues every copy
+        // 40 and the consumers' 232 are tied: the launch gives each thread 168 registers (64K / 384,
+        // rounded down to 8), and setmaxnreg.inc waits until the producer's decrease has freed what
+        // it asks for: (168 - 40) x 128 = (232 - 168) x 256. A producer that keeps 48 leaves the
+        // consumers waiting for ever (tried: the producer converting float32 activations itself
+        // spilled at 40, and at 48 the test run on the GPU hung, as this arithmetic predicts).
         set_max_regs_dec<40>();
         if (tid != CONSUMERS) return;
         auto copy_w = [&](int w) {  // weight stage w (8 blocks of BM rows)
