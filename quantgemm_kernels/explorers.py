@@ -575,19 +575,21 @@ def records_explorer(
     }
 
     def live():
-        return records_live(records)
+        return records_live(records, device=device)
 
     return Explorer(title, controls, views, layout, height=520, live=live)
 
 
-def records_live(records: dict[str, dict]):
+def records_live(records: dict[str, dict], device: str | None = None):
     """:func:`quantgemm_kernels.viz.plot_crossover` under dropdowns (device, weight format, shape),
-    redrawn with matplotlib in Jupyter."""
+    redrawn with matplotlib in Jupyter; it opens on ``device`` where given and recorded."""
     import ipywidgets as widgets
 
     from .viz import figure_image, plot_crossover
 
-    device = widgets.Dropdown(options=list(records), description="GPU")
+    device = widgets.Dropdown(
+        options=list(records), value=device if device in records else next(iter(records)), description="GPU"
+    )
     wfmt = widgets.Dropdown(
         options=sorted({r["wfmt"] for rec in records.values() for r in rec["rows"]}), description="weights"
     )

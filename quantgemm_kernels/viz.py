@@ -43,9 +43,11 @@ def figure_image(dpi: int = 80):
     it as PNG (and closes the figure). The explorers that redraw a figure use it instead of an
     ``Output`` widget around ``plt.show()``: a new picture is only a change of the widget's value,
     so drawing never goes through the kernel's display machinery. (Most of them are built inside
-    ``Explorer._repr_mimebundle_``, while IPython formats a cell's result; showing a figure from
-    there through an Output widget re-enters that machinery, and on an H100 machine's image a
-    Jupyter kernel stalled there for minutes in some runs, not in others.)"""
+    ``Explorer._repr_mimebundle_``, while IPython formats a cell's result, and a figure shown from
+    there through an Output widget re-enters that machinery. On an H100 machine's image a Jupyter
+    kernel stalled for minutes in a cell that builds one, in some runs; in others the same cell
+    took under a second. The cause was not pinned down; this path leaves it no room.) The PNG is
+    cut to the drawn area, as the inline backend does (legends outside the axes included)."""
     import io
 
     import ipywidgets as widgets
@@ -55,7 +57,7 @@ def figure_image(dpi: int = 80):
 
     def show(fig) -> None:
         buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=dpi)
+        fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
         plt.close(fig)
         image.value = buf.getvalue()
 

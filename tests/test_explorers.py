@@ -242,6 +242,9 @@ def test_live_explorers_redraw_into_a_png_image():
         dropdown = next(w for w in ws if isinstance(w, widgets.Dropdown) and len(w.options) > 1)
         dropdown.value = next(o[1] if isinstance(o, tuple) else o for o in dropdown.options[1:])
         assert image.value[:8] == b"\x89PNG\r\n\x1a\n" and image.value != before
+    # it opens on the device asked for, as the page's explorer does
+    last = list(records)[-1]
+    assert E.records_explorer(records, device=last).live().children[0].children[0].value == last
     # a GPU whose record lacks a shape that another has: the note, no picture; back: the picture
     first = next(iter(records.values()))
     kept = (first["rows"][0]["M"], first["rows"][0]["K"])
