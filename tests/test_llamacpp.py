@@ -341,3 +341,42 @@ def test_repacked_weights_as_llama_cpp_loads_them():
             L.ggml_mul_mat(F.quantize(W, "q8_0"), A, "q8_0", repack=True)
     with pytest.raises(ValueError, match="CPU backend"):
         L._repack_buffer_type(L._ggml(), L._type(L._ggml(), "q4_0"), 64, "cuda")
+
+
+def test_build_ggml_checks_a_cublas_dir_before_building(tmp_path):
+    """tools/build_ggml.sh with GGML_CUBLAS_DIR (a CUDA build without a driver or cuBLAS installed):
+    a folder without cuBLAS's header, or without its libraries, stops the script with a message
+    naming what is missing, before CMake runs."""
+    import subprocess
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "tools" / "build_ggml.sh"
+    src = tmp_path / "ggml"
+    (src / "include").mkdir(parents=True)
+    (src / "CMakeLists.txt").write_text(
+        "set(GGML_VERSION_MAJOR 0)\nset(GGML_VERSION_MINOR 25)\nset(GGML_VERSION_PATCH 3)\n"
+    )
+    (src / "include" / "ggml.h").write_text("")
+    cublas, tools = tmp_path / "cublas", tmp_path / "bin"
+    cublas.mkdir()
+    tools.mkdir()
+    fake = tools / "patchelf"  # present, never reached: the checks stop the script first
+    fake.write_text("#!/bin/sh\nexit 0\n")
+    fake.chmod(0o755)
+    env = {**os.environ, "GGML_CUBLAS_DIR": str(cublas), "PATH": f"{tools}:{os.environ['PATH']}"}
+
+    def run():
+        return subprocess.run(
+            ["bash", str(script), str(src), str(tmp_path / "prefix"), "cuda"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    r = run()
+    assert r.returncode == 2 and "has no include/cublas_v2.h" in r.stderr, r.stderr
+    (cublas / "include").mkdir()
+    (cublas / "include" / "cublas_v2.h").write_text("")
+    r = run()
+    assert r.returncode == 2 and "has no lib/libcublas.so.N" in r.stderr, r.stderr

