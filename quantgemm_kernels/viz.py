@@ -185,7 +185,6 @@ def speedup_explorer(results: list[dict], baseline: str | None = None, title: st
     """
     import ipywidgets as widgets
 
-    plt = _pyplot()
     groups = _group_by_shape(results)
     if not groups:
         raise ValueError("results is empty: nothing to explore")
@@ -196,10 +195,7 @@ def speedup_explorer(results: list[dict], baseline: str | None = None, title: st
     def redraw(change=None):
         chosen = [r for r in results if _shape_key(r) == shape.value]
         base = baseline if baseline in {r["kernel"] for r in chosen} else None
-        plot_speedup(chosen, title or "speedup", baseline=base)
-        fig = plt.gcf()
-        fig.tight_layout()
-        show(fig)
+        show(plot_speedup(chosen, title or "speedup", baseline=base))
 
     shape.observe(redraw, names="value")
     redraw()

