@@ -260,7 +260,8 @@ __device__ __forceinline__ void block_fragment(const uint8_t* blk, int t, uint32
 template <class WF, int NT, bool TMA_W, bool SPLIT>
 __global__ void __launch_bounds__(THREADS, 1)
     wgmma_f16_kernel(const __grid_constant__ CUtensorMap xmap, const __grid_constant__ CUtensorMap wmap,
-                     const uint8_t* __restrict__ W, float* __restrict__ C, int64_t split_plane, int N, int M, int K) {
+                     const uint8_t* __restrict__ W, const float* __restrict__ A32, float* __restrict__ C,
+                     int64_t split_plane, int N, int M, int K) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using CF = Cfg<WF, NT>;
     constexpr int B = CF::B, WS = CF::W_STAGES, AS = CF::A_STAGES;
@@ -273,21 +274,74 @@ __global__ void __launch_bounds__(THREADS, 1)
     const int m0 = blockIdx.x * BM, n0 = blockIdx.y * NT;
     const int tid = threadIdx.x;
 
+    // Tiles of up to 32 tokens take the float32 activations (A32) and round them to fp16 in the
+    // producer warpgroup (CONVERTERS threads arrive on a full stage); wider tiles take them from the
+    // conversion kernel's fp16 copy through the TMA (one thread arrives, with the bytes expected).
+    constexpr int CONVERTERS = 96;
+    const bool fuse = NT <= 32 && A32 != nullptr;
     if (tid == 0) {
-        for (int i = 0; i < AS; i++) bar_init(&sm.afull[i], 1), bar_init(&sm.aempty[i], CONSUMERS);
+        for (int i = 0; i < AS; i++) bar_init(&sm.afull[i], fuse ? CONVERTERS : 1), bar_init(&sm.aempty[i], CONSUMERS);
         for (int i = 0; i < WS; i++) bar_init(&sm.wfull[i], 1), bar_init(&sm.wempty[i], CONSUMERS);
     }
     fence_proxy_async();
     __syncthreads();
 
-    if (tid >= CONSUMERS) {  // ---- producer: one thread issues every copy
+    if (tid >= CONSUMERS) {  // ---- producer: one thread issues the copies, warps 1-3 may convert
         // 40 and the consumers' 232 are tied: the launch gives each thread 168 registers (64K / 384,
         // rounded down to 8), and setmaxnreg.inc waits until the producer's decrease has freed what
         // it asks for: (168 - 40) x 128 = (232 - 168) x 256. A producer that keeps 48 leaves the
-        // consumers waiting for ever (tried: the producer converting float32 activations itself
-        // spilled at 40, and at 48 the test run on the GPU hung, as this arithmetic predicts).
+        // consumers waiting for ever (a first version of the converters below asked for 48, and the
+        // test run on the GPU hung, as this arithmetic predicts).
         set_max_regs_dec<40>();
-        if (tid != CONSUMERS) return;
+        const int ptid = tid - CONSUMERS;
+        if constexpr (NT <= 32) {
+            if (fuse && ptid >= 32) {  // warps 1-3 write the activation stages
+                // [excerpt: f16_convert]
+                // 8 values (16 bytes of fp16) a chunk, NT * 8 chunks a stage, in batches of at most
+                // two a thread (2 x 32 bytes in registers: the producer's 40 hold no more without a
+                // spill); the first batch's loads are issued before the stage is free, so their
+                // latency overlaps the wait.
+                constexpr int CH = (NT * 8 + CONVERTERS - 1) / CONVERTERS;
+                const int c0 = ptid - 32;
+                grid_dependency_wait();  // A32 may be the previous kernel's output
+#pragma unroll 1
+                for (int a = a_begin; a < a_end; a++) {
+                    const int k = a - a_begin, i = k % AS;
+#pragma unroll
+                    for (int u0 = 0; u0 < CH; u0 += 2) {
+                        float4 v[2][2];
+#pragma unroll
+                        for (int u = 0; u < 2; u++) {
+                            const int c = c0 + CONVERTERS * (u0 + u), n = n0 + c / 8, col = a * KA + (c % 8) * 8;
+                            v[u][0] = v[u][1] = make_float4(0.f, 0.f, 0.f, 0.f);  // tokens past N, K past the end
+                            if (u0 + u < CH && c < NT * 8 && n < N && col < K) {
+                                const float4* src = (const float4*)(A32 + (int64_t)n * K + col);
+                                v[u][0] = __ldg(src), v[u][1] = __ldg(src + 1);
+                            }
+                        }
+                        if (u0 == 0 && k >= AS) bar_wait(&sm.aempty[i], ((k / AS) - 1) & 1);
+#pragma unroll
+                        for (int u = 0; u < 2; u++) {
+                            const int c = c0 + CONVERTERS * (u0 + u), r = c / 8, ch = c % 8;
+                            if (u0 + u >= CH || c >= NT * 8) continue;
+                            const __half2 h0 = __floats2half2_rn(v[u][0].x, v[u][0].y);
+                            const __half2 h1 = __floats2half2_rn(v[u][0].z, v[u][0].w);
+                            const __half2 h2 = __floats2half2_rn(v[u][1].x, v[u][1].y);
+                            const __half2 h3 = __floats2half2_rn(v[u][1].z, v[u][1].w);
+                            // where the TMA's 128-byte swizzle puts chunk ch of row r: chunk ch ^ (r % 8)
+                            *(uint4*)&sm.act[i][r * 128 + (ch ^ (r % 8)) * 16] =
+                                make_uint4(*(const uint32_t*)&h0, *(const uint32_t*)&h1, *(const uint32_t*)&h2,
+                                           *(const uint32_t*)&h3);
+                        }
+                    }
+                    fence_proxy_async();  // the generic-proxy stores, seen by the wgmmas (async proxy)
+                    bar_arrive(&sm.afull[i]);
+                }
+                // [end excerpt: f16_convert]
+                return;
+            }
+        }
+        if (ptid != 0) return;
         auto copy_w = [&](int w) {  // weight stage w (8 blocks of BM rows)
             const int k = w - w_begin, i = k % WS;
             if (k >= WS) bar_wait(&sm.wempty[i], ((k / WS) - 1) & 1);
@@ -297,6 +351,11 @@ __global__ void __launch_bounds__(THREADS, 1)
         // The weights do not depend on the conversion kernel: the first stages go before the wait.
         if constexpr (TMA_W)
             for (int w = w_begin; w < min(w_end, w_begin + WS); w++) copy_w(w);
+        if (fuse) {  // the activations are the converters' work: only the weights here
+            if constexpr (TMA_W)
+                for (int w = w_begin + WS; w < w_end; w++) copy_w(w);
+            return;
+        }
         grid_dependency_wait();
         for (int a = a_begin; a < a_end; a++) {
             const int k = a - a_begin, i = k % AS;
@@ -431,8 +490,11 @@ void launch_f16(const GemmProblem& p, cudaStream_t stream) {
                                  " tokens; call it on at most " + std::to_string(65535 * NT) + " rows of A at a time");
     // the activations as fp16 [N][K]: the caller's (p.a_f16), or converted to the start of the
     // workspace (f16_workspace_bytes, gemm.h)
+    // Tiles of up to 32 tokens convert float32 activations in the GEMM itself (A32): no conversion
+    // kernel, no activation tensor map.
+    const bool fuse = NT <= 32 && !p.a_f16;
     uint16_t* x16 = p.a_f16 ? (uint16_t*)const_cast<void*>(p.A) : (uint16_t*)p.workspace;
-    if (!p.a_f16) {
+    if (!p.a_f16 && !fuse) {
         const int64_t quads = (int64_t)p.N * p.K / 4;
         to_f16_kernel<<<(unsigned)std::min<int64_t>((quads + 255) / 256, (int64_t)sms * 16), 256, 0, stream>>>(
             (const float4*)p.A, (uint2*)x16, quads);
@@ -440,7 +502,7 @@ void launch_f16(const GemmProblem& p, cudaStream_t stream) {
 
     static wg::PFN_encode encode = wg::tensor_map_encoder();
     CUtensorMap xmap{}, wmap{};
-    {
+    if (!fuse) {
         const cuuint64_t dims[2] = {(cuuint64_t)p.K, (cuuint64_t)p.N}, strides[1] = {(cuuint64_t)p.K * 2};
         const cuuint32_t box[2] = {KA, NT}, estrides[2] = {1, 1};
         const CUresult r = encode(&xmap, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, x16, dims, strides, box, estrides,
@@ -467,8 +529,8 @@ void launch_f16(const GemmProblem& p, cudaStream_t stream) {
     const int64_t plane = (int64_t)p.N * p.M;
     auto go = [&](auto kernel) {
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        launch_maybe_pdl(kernel, grid, dim3(THREADS), smem, stream, true, xmap, wmap, (const uint8_t*)p.W, out, plane,
-                         p.N, p.M, p.K);
+        launch_maybe_pdl(kernel, grid, dim3(THREADS), smem, stream, true, xmap, wmap, (const uint8_t*)p.W,
+                         fuse ? (const float*)p.A : nullptr, out, plane, p.N, p.M, p.K);
     };
     if (tma_w)
         splits > 1 ? go(wgmma_f16_kernel<WF, NT, true, true>) : go(wgmma_f16_kernel<WF, NT, true, false>);
