@@ -118,7 +118,12 @@ struct Cfg {
     static constexpr int W_BYTES = BM * RAW_ROW;
     static constexpr int W_STAGES = 3;
     static constexpr int ACT_BYTES = NT * KA * 2;  // one TMA box of NT tokens x 64 values, 128-byte swizzle
-    static constexpr int A_FIT = (SMEM_BUDGET - W_STAGES * W_BYTES) / ACT_BYTES;
+    // Tiles of up to 32 tokens: each activation stage also has the float32 values it is rounded
+    // from (a TMA box of NT x 64 floats, no swizzle), filled by the producer's copy, read by the
+    // converter warps.
+    static constexpr bool CONVERT = NT <= 32;
+    static constexpr int F32_BYTES = CONVERT ? NT * KA * 4 : 0;
+    static constexpr int A_FIT = (SMEM_BUDGET - W_STAGES * W_BYTES) / (ACT_BYTES + F32_BYTES);
     static constexpr int A_STAGES = A_FIT < 16 ? A_FIT : 16;
     static_assert(A_STAGES >= 2, "at least two activation stages must fit beside the weights' stages");
 };
@@ -126,8 +131,9 @@ template <class WF, int NT>
 struct Smem {
     using CF = Cfg<WF, NT>;
     uint8_t act[CF::A_STAGES][CF::ACT_BYTES];  // first: stages 1024-byte aligned for the swizzle
+    float f32[CF::A_STAGES][CF::CONVERT ? CF::F32_BYTES / 4 : 4];
     uint8_t w[CF::W_STAGES][CF::W_BYTES];
-    uint64_t afull[CF::A_STAGES], aempty[CF::A_STAGES];
+    uint64_t afull[CF::A_STAGES], aempty[CF::A_STAGES], f32full[CF::A_STAGES];
     uint64_t wfull[CF::W_STAGES], wempty[CF::W_STAGES];
 };
 
@@ -260,8 +266,8 @@ __device__ __forceinline__ void block_fragment(const uint8_t* blk, int t, uint32
 template <class WF, int NT, bool TMA_W, bool SPLIT>
 __global__ void __launch_bounds__(THREADS, 1)
     wgmma_f16_kernel(const __grid_constant__ CUtensorMap xmap, const __grid_constant__ CUtensorMap wmap,
-                     const uint8_t* __restrict__ W, const float* __restrict__ A32, float* __restrict__ C,
-                     int64_t split_plane, int N, int M, int K) {
+                     const uint8_t* __restrict__ W, float* __restrict__ C, int64_t split_plane, int N, int M,
+                     int K, bool convert) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using CF = Cfg<WF, NT>;
     constexpr int B = CF::B, WS = CF::W_STAGES, AS = CF::A_STAGES;
@@ -274,13 +280,17 @@ __global__ void __launch_bounds__(THREADS, 1)
     const int m0 = blockIdx.x * BM, n0 = blockIdx.y * NT;
     const int tid = threadIdx.x;
 
-    // Tiles of up to 32 tokens take the float32 activations (A32) and round them to fp16 in the
-    // producer warpgroup (CONVERTERS threads arrive on a full stage); wider tiles take them from the
-    // conversion kernel's fp16 copy through the TMA (one thread arrives, with the bytes expected).
+    // convert (tiles of up to 32 tokens, float32 activations): xmap is the float32 activations', and
+    // the producer's copies land in sm.f32; warps 1-3 of the producer warpgroup (CONVERTERS threads,
+    // each arriving on the full barrier) round each stage to fp16 into sm.act. Otherwise xmap is the
+    // fp16 activations' (the conversion kernel's or the caller's), copied straight into sm.act.
     constexpr int CONVERTERS = 96;
-    const bool fuse = NT <= 32 && A32 != nullptr;
+    convert = CF::CONVERT && convert;
     if (tid == 0) {
-        for (int i = 0; i < AS; i++) bar_init(&sm.afull[i], fuse ? CONVERTERS : 1), bar_init(&sm.aempty[i], CONSUMERS);
+        for (int i = 0; i < AS; i++) {
+            bar_init(&sm.afull[i], convert ? CONVERTERS : 1), bar_init(&sm.aempty[i], CONSUMERS);
+            bar_init(&sm.f32full[i], 1);
+        }
         for (int i = 0; i < WS; i++) bar_init(&sm.wfull[i], 1), bar_init(&sm.wempty[i], CONSUMERS);
     }
     fence_proxy_async();
@@ -294,48 +304,32 @@ __global__ void __launch_bounds__(THREADS, 1)
         // test run on the GPU hung, as this arithmetic predicts).
         set_max_regs_dec<40>();
         const int ptid = tid - CONSUMERS;
-        if constexpr (NT <= 32) {
-            if (fuse && ptid >= 32) {  // warps 1-3 write the activation stages
+        if constexpr (CF::CONVERT) {
+            if (convert && ptid >= 32) {  // warps 1-3: float32 stage -> fp16 stage
                 // [excerpt: f16_convert]
-                // 8 values (16 bytes of fp16) a chunk, NT * 8 chunks a stage, in batches of at most
-                // two a thread (2 x 32 bytes in registers: the producer's 40 hold no more without a
-                // spill); the first batch's loads are issued before the stage is free, so their
-                // latency overlaps the wait.
+                // 8 values (32 bytes of float32, 16 of fp16) a chunk, NT * 8 chunks a stage. The
+                // fp16 stage is free: the producer waited for it before copying its float32 values.
                 constexpr int CH = (NT * 8 + CONVERTERS - 1) / CONVERTERS;
-                const int c0 = ptid - 32;
-                grid_dependency_wait();  // A32 may be the previous kernel's output
+                int i = 0, ph = 0;
 #pragma unroll 1
                 for (int a = a_begin; a < a_end; a++) {
-                    const int k = a - a_begin, i = k % AS;
+                    bar_wait(&sm.f32full[i], ph);
 #pragma unroll
-                    for (int u0 = 0; u0 < CH; u0 += 2) {
-                        float4 v[2][2];
-#pragma unroll
-                        for (int u = 0; u < 2; u++) {
-                            const int c = c0 + CONVERTERS * (u0 + u), n = n0 + c / 8, col = a * KA + (c % 8) * 8;
-                            v[u][0] = v[u][1] = make_float4(0.f, 0.f, 0.f, 0.f);  // tokens past N, K past the end
-                            if (u0 + u < CH && c < NT * 8 && n < N && col < K) {
-                                const float4* src = (const float4*)(A32 + (int64_t)n * K + col);
-                                v[u][0] = __ldg(src), v[u][1] = __ldg(src + 1);
-                            }
-                        }
-                        if (u0 == 0 && k >= AS) bar_wait(&sm.aempty[i], ((k / AS) - 1) & 1);
-#pragma unroll
-                        for (int u = 0; u < 2; u++) {
-                            const int c = c0 + CONVERTERS * (u0 + u), r = c / 8, ch = c % 8;
-                            if (u0 + u >= CH || c >= NT * 8) continue;
-                            const __half2 h0 = __floats2half2_rn(v[u][0].x, v[u][0].y);
-                            const __half2 h1 = __floats2half2_rn(v[u][0].z, v[u][0].w);
-                            const __half2 h2 = __floats2half2_rn(v[u][1].x, v[u][1].y);
-                            const __half2 h3 = __floats2half2_rn(v[u][1].z, v[u][1].w);
-                            // where the TMA's 128-byte swizzle puts chunk ch of row r: chunk ch ^ (r % 8)
-                            *(uint4*)&sm.act[i][r * 128 + (ch ^ (r % 8)) * 16] =
-                                make_uint4(*(const uint32_t*)&h0, *(const uint32_t*)&h1, *(const uint32_t*)&h2,
-                                           *(const uint32_t*)&h3);
-                        }
+                    for (int u = 0; u < CH; u++) {
+                        const int c = ptid - 32 + CONVERTERS * u, r = c / 8, ch = c % 8;
+                        if (c >= NT * 8) break;
+                        const float4 x = *(const float4*)&sm.f32[i][r * KA + ch * 8];
+                        const float4 y = *(const float4*)&sm.f32[i][r * KA + ch * 8 + 4];
+                        const __half2 h0 = __floats2half2_rn(x.x, x.y), h1 = __floats2half2_rn(x.z, x.w);
+                        const __half2 h2 = __floats2half2_rn(y.x, y.y), h3 = __floats2half2_rn(y.z, y.w);
+                        // where the TMA's 128-byte swizzle puts chunk ch of row r: chunk ch ^ (r % 8)
+                        *(uint4*)&sm.act[i][r * 128 + (ch ^ (r % 8)) * 16] =
+                            make_uint4(*(const uint32_t*)&h0, *(const uint32_t*)&h1, *(const uint32_t*)&h2,
+                                       *(const uint32_t*)&h3);
                     }
                     fence_proxy_async();  // the generic-proxy stores, seen by the wgmmas (async proxy)
                     bar_arrive(&sm.afull[i]);
+                    if (++i == AS) i = 0, ph ^= 1;
                 }
                 // [end excerpt: f16_convert]
                 return;
@@ -351,18 +345,18 @@ __global__ void __launch_bounds__(THREADS, 1)
         // The weights do not depend on the conversion kernel: the first stages go before the wait.
         if constexpr (TMA_W)
             for (int w = w_begin; w < min(w_end, w_begin + WS); w++) copy_w(w);
-        if (fuse) {  // the activations are the converters' work: only the weights here
-            if constexpr (TMA_W)
-                for (int w = w_begin + WS; w < w_end; w++) copy_w(w);
-            return;
-        }
         grid_dependency_wait();
         for (int a = a_begin; a < a_end; a++) {
             const int k = a - a_begin, i = k % AS;
             if (TMA_W && a % A_PER_W == 0 && a / A_PER_W >= w_begin + WS) copy_w(a / A_PER_W);
             if (k >= AS) bar_wait(&sm.aempty[i], ((k / AS) - 1) & 1);
-            bar_expect(&sm.afull[i], CF::ACT_BYTES);
-            tma_copy_2d(&sm.act[i][0], &xmap, a * KA, n0, &sm.afull[i]);
+            if (CF::CONVERT && convert) {  // float32 values for the converters
+                bar_expect(&sm.f32full[i], CF::F32_BYTES);
+                tma_copy_2d(&sm.f32[i][0], &xmap, a * KA, n0, &sm.f32full[i]);
+            } else {
+                bar_expect(&sm.afull[i], CF::ACT_BYTES);
+                tma_copy_2d(&sm.act[i][0], &xmap, a * KA, n0, &sm.afull[i]);
+            }
         }
         return;
     }
@@ -490,11 +484,11 @@ void launch_f16(const GemmProblem& p, cudaStream_t stream) {
                                  " tokens; call it on at most " + std::to_string(65535 * NT) + " rows of A at a time");
     // the activations as fp16 [N][K]: the caller's (p.a_f16), or converted to the start of the
     // workspace (f16_workspace_bytes, gemm.h)
-    // Tiles of up to 32 tokens convert float32 activations in the GEMM itself (A32): no conversion
-    // kernel, no activation tensor map.
-    const bool fuse = NT <= 32 && !p.a_f16;
+    // Tiles of up to 32 tokens round float32 activations to fp16 in the GEMM (Cfg::CONVERT): no
+    // conversion kernel; the tensor map is then the float32 activations'.
+    const bool convert = Cfg<WF, NT>::CONVERT && !p.a_f16;
     uint16_t* x16 = p.a_f16 ? (uint16_t*)const_cast<void*>(p.A) : (uint16_t*)p.workspace;
-    if (!p.a_f16 && !fuse) {
+    if (!p.a_f16 && !convert) {
         const int64_t quads = (int64_t)p.N * p.K / 4;
         to_f16_kernel<<<(unsigned)std::min<int64_t>((quads + 255) / 256, (int64_t)sms * 16), 256, 0, stream>>>(
             (const float4*)p.A, (uint2*)x16, quads);
@@ -502,7 +496,14 @@ void launch_f16(const GemmProblem& p, cudaStream_t stream) {
 
     static wg::PFN_encode encode = wg::tensor_map_encoder();
     CUtensorMap xmap{}, wmap{};
-    if (!fuse) {
+    if (convert) {
+        const cuuint64_t dims[2] = {(cuuint64_t)p.K, (cuuint64_t)p.N}, strides[1] = {(cuuint64_t)p.K * 4};
+        const cuuint32_t box[2] = {KA, NT}, estrides[2] = {1, 1};
+        const CUresult r = encode(&xmap, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, const_cast<void*>(p.A), dims, strides,
+                                  box, estrides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                                  CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+        if (r != CUDA_SUCCESS) throw std::runtime_error("cuTensorMapEncodeTiled failed: " + std::to_string((int)r));
+    } else {
         const cuuint64_t dims[2] = {(cuuint64_t)p.K, (cuuint64_t)p.N}, strides[1] = {(cuuint64_t)p.K * 2};
         const cuuint32_t box[2] = {KA, NT}, estrides[2] = {1, 1};
         const CUresult r = encode(&xmap, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, x16, dims, strides, box, estrides,
@@ -529,8 +530,8 @@ void launch_f16(const GemmProblem& p, cudaStream_t stream) {
     const int64_t plane = (int64_t)p.N * p.M;
     auto go = [&](auto kernel) {
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        launch_maybe_pdl(kernel, grid, dim3(THREADS), smem, stream, true, xmap, wmap, (const uint8_t*)p.W,
-                         fuse ? (const float*)p.A : nullptr, out, plane, p.N, p.M, p.K);
+        launch_maybe_pdl(kernel, grid, dim3(THREADS), smem, stream, true, xmap, wmap, (const uint8_t*)p.W, out, plane,
+                         p.N, p.M, p.K, convert);
     };
     if (tma_w)
         splits > 1 ? go(wgmma_f16_kernel<WF, NT, true, true>) : go(wgmma_f16_kernel<WF, NT, true, false>);
