@@ -126,13 +126,14 @@ struct Cfg {
     static constexpr int A_FIT = (SMEM_BUDGET - W_STAGES * W_BYTES) / (ACT_BYTES + F32_BYTES);
     static constexpr int A_STAGES = A_FIT < 16 ? A_FIT : 16;
     static_assert(A_STAGES >= 2, "at least two activation stages must fit beside the weights' stages");
+    static_assert(ACT_BYTES % 1024 == 0 && W_BYTES % 128 == 0, "each stage keeps the next one aligned");
 };
 template <class WF, int NT>
 struct Smem {
     using CF = Cfg<WF, NT>;
     uint8_t act[CF::A_STAGES][CF::ACT_BYTES];  // first: stages 1024-byte aligned for the swizzle
+    uint8_t w[CF::W_STAGES][CF::W_BYTES];      // 128-byte aligned (a TMA destination), as is what follows
     float f32[CF::A_STAGES][CF::CONVERT ? CF::F32_BYTES / 4 : 4];
-    uint8_t w[CF::W_STAGES][CF::W_BYTES];
     uint64_t afull[CF::A_STAGES], aempty[CF::A_STAGES], f32full[CF::A_STAGES];
     uint64_t wfull[CF::W_STAGES], wempty[CF::W_STAGES];
 };
