@@ -95,6 +95,18 @@
 // the wgmma pipeline per 8 steps instead of 4. H100, one machine, two builds: Q4_0 14336 x 4096
 // N = 48 23.78 -> 22.78 us, N = 64 23.84 -> 22.98, elsewhere 0 to 2 %, Q8_0 unchanged
 // (f16-pair-ab.txt). At 128 tokens ptxas cannot pipeline the wgmmas of two stages (C7511).
+// Tried and lost: rounding the float32 activations to fp16 inside the GEMM for tiles of up to 32
+// tokens, instead of the conversion kernel before it (whose work the GEMM's first weight copies
+// overlap: they go before grid_dependency_wait). Warps 1-3 of the producer warpgroup did it, 96
+// arrivals on each full stage, the stores placed where the TMA's 128-byte swizzle puts them, then
+// fence.proxy.async. Loading each stage's floats from global memory put an L2 round trip on every
+// stage (Q4_0 4096 x 14336 N = 16 43.6 us against 21.0); copying them with the TMA into a staging
+// buffer beside the stage was correct (tests, memcheck, racecheck on an H100) but no faster at 16
+// tokens (Q8_0 4096 x 4096 13.06 / 12.99 against 13.30, Q4_0 14336 x 4096 20.13 / 20.06 against
+// 18.98) and slower at 32 (Q4_0 4096 x 14336 25.47 / 25.57 against 22.24: the staging leaves room
+// for 13 stages instead of 16) (bench_results/nvidia-h100-80gb-hbm3/2026-11-27/f16-convert-ab.txt).
+// The producer keeps 40 registers (below); a first version of the converters asked for 48, and the
+// test run hung, as the register arithmetic there predicts.
 // Grid: x = ceil(M / 128) weight tiles, y = ceil(N / NT) token tiles, z = splits of K (in steps of
 // 8 blocks, when the tiles leave SMs idle); 384 threads: two consumer warpgroups (rows 0..63,
 // 64..127 of the tile) and a producer warpgroup of which one thread issues the copies.
@@ -118,23 +130,16 @@ struct Cfg {
     static constexpr int W_BYTES = BM * RAW_ROW;
     static constexpr int W_STAGES = 3;
     static constexpr int ACT_BYTES = NT * KA * 2;  // one TMA box of NT tokens x 64 values, 128-byte swizzle
-    // Tiles of up to 32 tokens: each activation stage also has the float32 values it is rounded
-    // from (a TMA box of NT x 64 floats, no swizzle), filled by the producer's copy, read by the
-    // converter warps.
-    static constexpr bool CONVERT = NT <= 32;
-    static constexpr int F32_BYTES = CONVERT ? NT * KA * 4 : 0;
-    static constexpr int A_FIT = (SMEM_BUDGET - W_STAGES * W_BYTES) / (ACT_BYTES + F32_BYTES);
+    static constexpr int A_FIT = (SMEM_BUDGET - W_STAGES * W_BYTES) / ACT_BYTES;
     static constexpr int A_STAGES = A_FIT < 16 ? A_FIT : 16;
     static_assert(A_STAGES >= 2, "at least two activation stages must fit beside the weights' stages");
-    static_assert(ACT_BYTES % 1024 == 0 && W_BYTES % 128 == 0, "each stage keeps the next one aligned");
 };
 template <class WF, int NT>
 struct Smem {
     using CF = Cfg<WF, NT>;
     uint8_t act[CF::A_STAGES][CF::ACT_BYTES];  // first: stages 1024-byte aligned for the swizzle
-    uint8_t w[CF::W_STAGES][CF::W_BYTES];      // 128-byte aligned (a TMA destination), as is what follows
-    float f32[CF::A_STAGES][CF::CONVERT ? CF::F32_BYTES / 4 : 4];
-    uint64_t afull[CF::A_STAGES], aempty[CF::A_STAGES], f32full[CF::A_STAGES];
+    uint8_t w[CF::W_STAGES][CF::W_BYTES];
+    uint64_t afull[CF::A_STAGES], aempty[CF::A_STAGES];
     uint64_t wfull[CF::W_STAGES], wempty[CF::W_STAGES];
 };
 
@@ -267,8 +272,7 @@ __device__ __forceinline__ void block_fragment(const uint8_t* blk, int t, uint32
 template <class WF, int NT, bool TMA_W, bool SPLIT>
 __global__ void __launch_bounds__(THREADS, 1)
     wgmma_f16_kernel(const __grid_constant__ CUtensorMap xmap, const __grid_constant__ CUtensorMap wmap,
-                     const uint8_t* __restrict__ W, float* __restrict__ C, int64_t split_plane, int N, int M,
-                     int K, bool convert) {
+                     const uint8_t* __restrict__ W, float* __restrict__ C, int64_t split_plane, int N, int M, int K) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using CF = Cfg<WF, NT>;
     constexpr int B = CF::B, WS = CF::W_STAGES, AS = CF::A_STAGES;
@@ -281,62 +285,20 @@ __global__ void __launch_bounds__(THREADS, 1)
     const int m0 = blockIdx.x * BM, n0 = blockIdx.y * NT;
     const int tid = threadIdx.x;
 
-    // convert (tiles of up to 32 tokens, float32 activations): xmap is the float32 activations', and
-    // the producer's copies land in sm.f32; warps 1-3 of the producer warpgroup (CONVERTERS threads,
-    // each arriving on the full barrier) round each stage to fp16 into sm.act. Otherwise xmap is the
-    // fp16 activations' (the conversion kernel's or the caller's), copied straight into sm.act.
-    constexpr int CONVERTERS = 96;
-    convert = CF::CONVERT && convert;
     if (tid == 0) {
-        for (int i = 0; i < AS; i++) {
-            bar_init(&sm.afull[i], convert ? CONVERTERS : 1), bar_init(&sm.aempty[i], CONSUMERS);
-            bar_init(&sm.f32full[i], 1);
-        }
+        for (int i = 0; i < AS; i++) bar_init(&sm.afull[i], 1), bar_init(&sm.aempty[i], CONSUMERS);
         for (int i = 0; i < WS; i++) bar_init(&sm.wfull[i], 1), bar_init(&sm.wempty[i], CONSUMERS);
     }
     fence_proxy_async();
     __syncthreads();
 
-    if (tid >= CONSUMERS) {  // ---- producer: one thread issues the copies, warps 1-3 may convert
+    if (tid >= CONSUMERS) {  // ---- producer: one thread issues every copy
         // 40 and the consumers' 232 are tied: the launch gives each thread 168 registers (64K / 384,
         // rounded down to 8), and setmaxnreg.inc waits until the producer's decrease has freed what
         // it asks for: (168 - 40) x 128 = (232 - 168) x 256. A producer that keeps 48 leaves the
-        // consumers waiting for ever (a first version of the converters below asked for 48, and the
-        // test run on the GPU hung, as this arithmetic predicts).
+        // consumers waiting for ever.
         set_max_regs_dec<40>();
-        const int ptid = tid - CONSUMERS;
-        if constexpr (CF::CONVERT) {
-            if (convert && ptid >= 32) {  // warps 1-3: float32 stage -> fp16 stage
-                // [excerpt: f16_convert]
-                // 8 values (32 bytes of float32, 16 of fp16) a chunk, NT * 8 chunks a stage. The
-                // fp16 stage is free: the producer waited for it before copying its float32 values.
-                constexpr int CH = (NT * 8 + CONVERTERS - 1) / CONVERTERS;
-                int i = 0, ph = 0;
-#pragma unroll 1
-                for (int a = a_begin; a < a_end; a++) {
-                    bar_wait(&sm.f32full[i], ph);
-#pragma unroll
-                    for (int u = 0; u < CH; u++) {
-                        const int c = ptid - 32 + CONVERTERS * u, r = c / 8, ch = c % 8;
-                        if (c >= NT * 8) break;
-                        const float4 x = *(const float4*)&sm.f32[i][r * KA + ch * 8];
-                        const float4 y = *(const float4*)&sm.f32[i][r * KA + ch * 8 + 4];
-                        const __half2 h0 = __floats2half2_rn(x.x, x.y), h1 = __floats2half2_rn(x.z, x.w);
-                        const __half2 h2 = __floats2half2_rn(y.x, y.y), h3 = __floats2half2_rn(y.z, y.w);
-                        // where the TMA's 128-byte swizzle puts chunk ch of row r: chunk ch ^ (r % 8)
-                        *(uint4*)&sm.act[i][r * 128 + (ch ^ (r % 8)) * 16] =
-                            make_uint4(*(const uint32_t*)&h0, *(const uint32_t*)&h1, *(const uint32_t*)&h2,
-                                       *(const uint32_t*)&h3);
-                    }
-                    fence_proxy_async();  // the generic-proxy stores, seen by the wgmmas (async proxy)
-                    bar_arrive(&sm.afull[i]);
-                    if (++i == AS) i = 0, ph ^= 1;
-                }
-                // [end excerpt: f16_convert]
-                return;
-            }
-        }
-        if (ptid != 0) return;
+        if (tid != CONSUMERS) return;
         auto copy_w = [&](int w) {  // weight stage w (8 blocks of BM rows)
             const int k = w - w_begin, i = k % WS;
             if (k >= WS) bar_wait(&sm.wempty[i], ((k / WS) - 1) & 1);
@@ -351,13 +313,8 @@ __global__ void __launch_bounds__(THREADS, 1)
             const int k = a - a_begin, i = k % AS;
             if (TMA_W && a % A_PER_W == 0 && a / A_PER_W >= w_begin + WS) copy_w(a / A_PER_W);
             if (k >= AS) bar_wait(&sm.aempty[i], ((k / AS) - 1) & 1);
-            if (CF::CONVERT && convert) {  // float32 values for the converters
-                bar_expect(&sm.f32full[i], CF::F32_BYTES);
-                tma_copy_2d(&sm.f32[i][0], &xmap, a * KA, n0, &sm.f32full[i]);
-            } else {
-                bar_expect(&sm.afull[i], CF::ACT_BYTES);
-                tma_copy_2d(&sm.act[i][0], &xmap, a * KA, n0, &sm.afull[i]);
-            }
+            bar_expect(&sm.afull[i], CF::ACT_BYTES);
+            tma_copy_2d(&sm.act[i][0], &xmap, a * KA, n0, &sm.afull[i]);
         }
         return;
     }
@@ -485,11 +442,8 @@ void launch_f16(const GemmProblem& p, cudaStream_t stream) {
                                  " tokens; call it on at most " + std::to_string(65535 * NT) + " rows of A at a time");
     // the activations as fp16 [N][K]: the caller's (p.a_f16), or converted to the start of the
     // workspace (f16_workspace_bytes, gemm.h)
-    // Tiles of up to 32 tokens round float32 activations to fp16 in the GEMM (Cfg::CONVERT): no
-    // conversion kernel; the tensor map is then the float32 activations'.
-    const bool convert = Cfg<WF, NT>::CONVERT && !p.a_f16;
     uint16_t* x16 = p.a_f16 ? (uint16_t*)const_cast<void*>(p.A) : (uint16_t*)p.workspace;
-    if (!p.a_f16 && !convert) {
+    if (!p.a_f16) {
         const int64_t quads = (int64_t)p.N * p.K / 4;
         to_f16_kernel<<<(unsigned)std::min<int64_t>((quads + 255) / 256, (int64_t)sms * 16), 256, 0, stream>>>(
             (const float4*)p.A, (uint2*)x16, quads);
@@ -497,14 +451,7 @@ void launch_f16(const GemmProblem& p, cudaStream_t stream) {
 
     static wg::PFN_encode encode = wg::tensor_map_encoder();
     CUtensorMap xmap{}, wmap{};
-    if (convert) {
-        const cuuint64_t dims[2] = {(cuuint64_t)p.K, (cuuint64_t)p.N}, strides[1] = {(cuuint64_t)p.K * 4};
-        const cuuint32_t box[2] = {KA, NT}, estrides[2] = {1, 1};
-        const CUresult r = encode(&xmap, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, const_cast<void*>(p.A), dims, strides,
-                                  box, estrides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
-                                  CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-        if (r != CUDA_SUCCESS) throw std::runtime_error("cuTensorMapEncodeTiled failed: " + std::to_string((int)r));
-    } else {
+    {
         const cuuint64_t dims[2] = {(cuuint64_t)p.K, (cuuint64_t)p.N}, strides[1] = {(cuuint64_t)p.K * 2};
         const cuuint32_t box[2] = {KA, NT}, estrides[2] = {1, 1};
         const CUresult r = encode(&xmap, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, x16, dims, strides, box, estrides,
@@ -532,7 +479,7 @@ void launch_f16(const GemmProblem& p, cudaStream_t stream) {
     auto go = [&](auto kernel) {
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         launch_maybe_pdl(kernel, grid, dim3(THREADS), smem, stream, true, xmap, wmap, (const uint8_t*)p.W, out, plane,
-                         p.N, p.M, p.K, convert);
+                         p.N, p.M, p.K);
     };
     if (tma_w)
         splits > 1 ? go(wgmma_f16_kernel<WF, NT, true, true>) : go(wgmma_f16_kernel<WF, NT, true, false>);
