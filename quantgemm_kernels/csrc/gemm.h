@@ -86,17 +86,9 @@ inline int f16_splits(int64_t N, int64_t M, int64_t K, int sms) {
 inline size_t f16_splits_offset(int64_t N, int64_t K, bool a_f16) {
     return a_f16 ? 0 : ((size_t)N * K * 2 + 255) / 256 * 256;
 }
-// Split K on float32 activations: after the partials, one arrival counter per tile (int), which the
-// conversion kernel zeroes and the splits of a tile count up (the last one sums the partials).
-inline int64_t f16_tiles(int64_t N, int64_t M) {
-    const int64_t nt = f16_tile_tokens(N);
-    return ((M + QG_F16_TILE - 1) / QG_F16_TILE) * ((N + nt - 1) / nt);
-}
 inline size_t f16_workspace_bytes(int64_t N, int64_t M, int64_t K, int sms, bool a_f16) {
     const int s = f16_splits(N, M, K, sms);
-    if (s == 1) return f16_splits_offset(N, K, a_f16);
-    return f16_splits_offset(N, K, a_f16) + (size_t)s * N * M * sizeof(float) +
-           (a_f16 ? 0 : (size_t)f16_tiles(N, M) * sizeof(int));
+    return f16_splits_offset(N, K, a_f16) + (s > 1 ? (size_t)s * N * M * sizeof(float) : 0);
 }
 
 typedef void (*CpuGemmFn)(const GemmProblem& p, int m_begin, int m_end);

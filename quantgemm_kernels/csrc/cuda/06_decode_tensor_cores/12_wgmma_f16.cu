@@ -107,6 +107,13 @@
 // for 13 stages instead of 16) (bench_results/nvidia-h100-80gb-hbm3/2026-11-27/f16-convert-ab.txt).
 // The producer keeps 40 registers (below); a first version of the converters asked for 48, and the
 // test run hung, as the register arithmetic there predicts.
+// Tried and lost: the splits' sum inside the GEMM on float32 activations, the last split of a tile
+// to finish (an arrival counter per tile, zeroed by the conversion kernel) summing the tile's
+// partials, to save the splitk_sum kernel (1.6 us at N = 16). Correct (tests, memcheck, racecheck on
+// an H100) but each thread's outputs were summed one after another, a chain of dependent L2 loads
+// in the tile's last CTA: Q4_0 4096 x 4096 N = 16 14.62 us against 10.88, N = 128 48.26 against
+// 18.14 (f16-fixup-ab.txt). Batched loads would still add an atomic and an L2 round trip to that
+// CTA's tail, about what the sum kernel costs; not tried.
 // Grid: x = ceil(M / 128) weight tiles, y = ceil(N / NT) token tiles, z = splits of K (in steps of
 // 8 blocks, when the tiles leave SMs idle); 384 threads: two consumer warpgroups (rows 0..63,
 // 64..127 of the tile) and a producer warpgroup of which one thread issues the copies.
@@ -145,11 +152,8 @@ struct Smem {
 
 namespace {
 // float32 -> fp16 (round to nearest even), 4 values per thread: the activations for the TMA.
-// Split K: it also zeroes the GEMM's tile counters (count of them).
-__global__ void to_f16_kernel(const float4* __restrict__ x, uint2* __restrict__ y, int64_t quads,
-                              int* __restrict__ tile_count, int count) {
+__global__ void to_f16_kernel(const float4* __restrict__ x, uint2* __restrict__ y, int64_t quads) {
     allow_dependent_launch();  // the GEMM launched with PDL waits for our writes itself
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x) tile_count[i] = 0;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < quads; i += (int64_t)gridDim.x * blockDim.x) {
         const float4 v = x[i];
         const __half2 lo = __floats2half2_rn(v.x, v.y), hi = __floats2half2_rn(v.z, v.w);
@@ -275,8 +279,7 @@ __device__ __forceinline__ void block_fragment(const uint8_t* blk, int t, uint32
 template <class WF, int NT, bool TMA_W, bool SPLIT>
 __global__ void __launch_bounds__(THREADS, 1)
     wgmma_f16_kernel(const __grid_constant__ CUtensorMap xmap, const __grid_constant__ CUtensorMap wmap,
-                     const uint8_t* __restrict__ W, float* __restrict__ C, int64_t split_plane, int N, int M, int K,
-                     float* __restrict__ C_sum, int* __restrict__ tile_count) {
+                     const uint8_t* __restrict__ W, float* __restrict__ C, int64_t split_plane, int N, int M, int K) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using CF = Cfg<WF, NT>;
     constexpr int B = CF::B, WS = CF::W_STAGES, AS = CF::A_STAGES;
@@ -421,35 +424,6 @@ __global__ void __launch_bounds__(THREADS, 1)
             const int n = n0 + 8 * j + 2 * t + q % 2, m = m0 + r0 + 8 * (q / 2);
             if (n < N && m < M) out[(int64_t)n * M + m] = acc[0][4 * j + q];
         }
-    if constexpr (SPLIT) {
-        // [excerpt: f16_fixup]
-        // The last split of a tile to finish sums the tile's partials into C_sum, in split order
-        // (the bits of splitk_sum). With tile_count null, splitk_sum runs after the kernel instead.
-        if (tile_count == nullptr) return;
-        __shared__ int last;
-        __threadfence();                                   // this thread's partial, seen GPU-wide...
-        asm volatile("bar.sync 1, %0;\n" ::"n"(CONSUMERS));  // ...before any consumer's arrival below
-        if (tid == 0) {
-            grid_dependency_wait();  // the conversion kernel zeroed the counters
-            const int done = atomicAdd(&tile_count[blockIdx.y * gridDim.x + blockIdx.x], 1);
-            last = done == (int)gridDim.z - 1;
-            __threadfence();
-        }
-        asm volatile("bar.sync 1, %0;\n" ::"n"(CONSUMERS));
-        if (!last) return;
-#pragma unroll 1
-        for (int j = 0; j < NT / 8; j++)
-#pragma unroll
-            for (int q = 0; q < 4; q++) {
-                const int n = n0 + 8 * j + 2 * t + q % 2, m = m0 + r0 + 8 * (q / 2);
-                if (n >= N || m >= M) continue;
-                const int64_t e = (int64_t)n * M + m;
-                float s = __ldcg(C + e);  // L2: other CTAs wrote these
-                for (int z = 1; z < (int)gridDim.z; z++) s += __ldcg(C + z * split_plane + e);
-                C_sum[e] = s;
-            }
-        // [end excerpt: f16_fixup]
-    }
 #endif
 }
 
@@ -476,19 +450,10 @@ void launch_f16(const GemmProblem& p, cudaStream_t stream) {
     // the activations as fp16 [N][K]: the caller's (p.a_f16), or converted to the start of the
     // workspace (f16_workspace_bytes, gemm.h)
     uint16_t* x16 = p.a_f16 ? (uint16_t*)const_cast<void*>(p.A) : (uint16_t*)p.workspace;
-    const int splits = f16_splits(p.N, p.M, p.K, sms);  // the binding sized the workspace with it
-    const size_t splits_at = f16_splits_offset(p.N, p.K, p.a_f16);
-    float* out = splits > 1 ? (float*)((uint8_t*)p.workspace + splits_at) : p.C;
-    const int64_t plane = (int64_t)p.N * p.M;
-    // Split K with the conversion kernel before the GEMM: it zeroes the tile counters, and the
-    // GEMM's last split of each tile sums the partials (no splitk_sum kernel after it).
-    const bool fixup = splits > 1 && !p.a_f16;
-    int* tile_count = fixup ? (int*)((uint8_t*)p.workspace + splits_at + (size_t)splits * plane * sizeof(float)) : nullptr;
-    const int tiles = (int)f16_tiles(p.N, p.M);
     if (!p.a_f16) {
         const int64_t quads = (int64_t)p.N * p.K / 4;
         to_f16_kernel<<<(unsigned)std::min<int64_t>((quads + 255) / 256, (int64_t)sms * 16), 256, 0, stream>>>(
-            (const float4*)p.A, (uint2*)x16, quads, tile_count, fixup ? tiles : 0);
+            (const float4*)p.A, (uint2*)x16, quads);
     }
 
     static wg::PFN_encode encode = wg::tensor_map_encoder();
@@ -512,19 +477,22 @@ void launch_f16(const GemmProblem& p, cudaStream_t stream) {
                                   CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
         if (r != CUDA_SUCCESS) throw std::runtime_error("cuTensorMapEncodeTiled failed: " + std::to_string((int)r));
     }
+    const int splits = f16_splits(p.N, p.M, p.K, sms);  // the binding sized the workspace with it
+    float* out = splits > 1 ? (float*)((uint8_t*)p.workspace + f16_splits_offset(p.N, p.K, p.a_f16)) : p.C;
     const dim3 grid((p.M + BM - 1) / BM, tiles_n, splits);
     static_assert(sizeof(Smem<WF, NT>) <= 227 * 1024, "the stages exceed a Hopper CTA's shared memory");
     const size_t smem = sizeof(Smem<WF, NT>);
+    const int64_t plane = (int64_t)p.N * p.M;
     auto go = [&](auto kernel) {
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         launch_maybe_pdl(kernel, grid, dim3(THREADS), smem, stream, true, xmap, wmap, (const uint8_t*)p.W, out, plane,
-                         p.N, p.M, p.K, p.C, tile_count);
+                         p.N, p.M, p.K);
     };
     if (tma_w)
         splits > 1 ? go(wgmma_f16_kernel<WF, NT, true, true>) : go(wgmma_f16_kernel<WF, NT, true, false>);
     else
         splits > 1 ? go(wgmma_f16_kernel<WF, NT, false, true>) : go(wgmma_f16_kernel<WF, NT, false, false>);
-    if (splits > 1 && !fixup) splitk_sum(out, p.C, plane, splits, stream);
+    if (splits > 1) splitk_sum(out, p.C, plane, splits, stream);
 }
 template <class WF>
 void gemm_f16(const GemmProblem& p, cudaStream_t stream) {
