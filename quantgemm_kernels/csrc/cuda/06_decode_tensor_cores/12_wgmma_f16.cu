@@ -114,6 +114,10 @@
 // in the tile's last CTA: Q4_0 4096 x 4096 N = 16 14.62 us against 10.88, N = 128 48.26 against
 // 18.14 (f16-fixup-ab.txt). Batched loads would still add an atomic and an L2 round trip to that
 // CTA's tail, about what the sum kernel costs; not tried.
+// Tried and lost: every weight stage of a short split in flight at once (4 stages of room at 16 and
+// 32 tokens; the 4096 x 4096 layers' splits have 4): slower (Q8_0 4096 x 4096 N = 16 14.69 us
+// against 13.33), and the larger footprint alone cost the long rows 2-3 % (f16-ring4-ab.txt). As
+// with the deeper rings above, the bytes in flight are not what these small calls wait for.
 // Grid: x = ceil(M / 128) weight tiles, y = ceil(N / NT) token tiles, z = splits of K (in steps of
 // 8 blocks, when the tiles leave SMs idle); 384 threads: two consumer warpgroups (rows 0..63,
 // 64..127 of the tile) and a producer warpgroup of which one thread issues the copies.
@@ -135,9 +139,7 @@ struct Cfg {
     static constexpr int B = (int)sizeof(typename WF::block);
     static constexpr int RAW_ROW = KB * B;  // bytes of a row's weight stage (144 or 272)
     static constexpr int W_BYTES = BM * RAW_ROW;
-    // Room for 4 weight stages where the tile has at most 32 tokens (the activation stages still
-    // fit 16); a CTA whose split of K has at most that many stages copies them all at once (wring).
-    static constexpr int W_STAGES = NT <= 32 ? 4 : 3;
+    static constexpr int W_STAGES = 3;
     static constexpr int ACT_BYTES = NT * KA * 2;  // one TMA box of NT tokens x 64 values, 128-byte swizzle
     static constexpr int A_FIT = (SMEM_BUDGET - W_STAGES * W_BYTES) / ACT_BYTES;
     static constexpr int A_STAGES = A_FIT < 16 ? A_FIT : 16;
@@ -293,9 +295,6 @@ __global__ void __launch_bounds__(THREADS, 1)
     const int a_begin = w_begin * A_PER_W, a_end = min(w_end * A_PER_W, asteps);
     const int m0 = blockIdx.x * BM, n0 = blockIdx.y * NT;
     const int tid = threadIdx.x;
-    // The weight ring's depth: every stage of a short split in flight at once (4096-row layers at
-    // small N: 4 stages per CTA), 3 otherwise.
-    const int wring = w_end - w_begin <= WS ? WS : 3;
 
     if (tid == 0) {
         for (int i = 0; i < AS; i++) bar_init(&sm.afull[i], 1), bar_init(&sm.aempty[i], CONSUMERS);
@@ -312,18 +311,18 @@ __global__ void __launch_bounds__(THREADS, 1)
         set_max_regs_dec<40>();
         if (tid != CONSUMERS) return;
         auto copy_w = [&](int w) {  // weight stage w (8 blocks of BM rows)
-            const int k = w - w_begin, i = k % wring;
-            if (k >= wring) bar_wait(&sm.wempty[i], ((k / wring) - 1) & 1);
+            const int k = w - w_begin, i = k % WS;
+            if (k >= WS) bar_wait(&sm.wempty[i], ((k / WS) - 1) & 1);
             bar_expect(&sm.wfull[i], CF::W_BYTES);
             tma_copy_2d(&sm.w[i][0], &wmap, w * CF::RAW_ROW / 2, m0, &sm.wfull[i]);
         };
         // The weights do not depend on the conversion kernel: the first stages go before the wait.
         if constexpr (TMA_W)
-            for (int w = w_begin; w < min(w_end, w_begin + wring); w++) copy_w(w);
+            for (int w = w_begin; w < min(w_end, w_begin + WS); w++) copy_w(w);
         grid_dependency_wait();
         for (int a = a_begin; a < a_end; a++) {
             const int k = a - a_begin, i = k % AS;
-            if (TMA_W && a % A_PER_W == 0 && a / A_PER_W >= w_begin + wring) copy_w(a / A_PER_W);
+            if (TMA_W && a % A_PER_W == 0 && a / A_PER_W >= w_begin + WS) copy_w(a / A_PER_W);
             if (k >= AS) bar_wait(&sm.aempty[i], ((k / AS) - 1) & 1);
             bar_expect(&sm.afull[i], CF::ACT_BYTES);
             tma_copy_2d(&sm.act[i][0], &xmap, a * KA, n0, &sm.afull[i]);
@@ -404,7 +403,7 @@ __global__ void __launch_bounds__(THREADS, 1)
         if (a0 + 1 < a_end) step(std::integral_constant<int, 1>{}, a0);
         if (a0 + 2 < a_end) step(std::integral_constant<int, 2>{}, a0);
         if (a0 + 3 < a_end) step(std::integral_constant<int, 3>{}, a0);
-        if (++wi == wring) wi = 0, wph ^= 1;
+        if (++wi == WS) wi = 0, wph ^= 1;
     };
     // Not at 128 tokens (ptxas then lacks the registers to pipeline the wgmmas: advisory C7511) nor
     // where the weights come from global memory (a spill).
