@@ -401,11 +401,18 @@ WGMMA_SMALL_MAX_N = 32  #: on Hopper, the small-batch wgmma step from there to h
 #: 14336 x 4096 (19.3 against 20.2), from N = 10 on 4096 x 4096 (10.9 against 11.2; at N = 5 and 6 it
 #: trails there, 10.9 against 10.4); Q8_0, ahead from N = 8 on 4096 x 4096 (13.1 against 13.6) and
 #: 4096 x 14336 (31.4 against 32.0), within 2 % either way on 14336 x 4096 from N = 4 to 16. One
-#: threshold per format: the long rows and wide layers carry most of a model's time. Before that
+#: threshold per format: the long rows and wide layers carry most of a model's time. A later run of
+#: the same kernels (state-sweep-225108.json, beside it) agreed, and the thresholds moved to where
+#: both runs put the wide layers: Q4_0 14336 x 4096 at N = 4, the fp16 step 19.07 against the small
+#: step's 20.35 us (the first run 19.42 / 20.26), for 10.75 / 10.72 on 4096 x 4096 (10.82 / 10.35);
+#: Q8_0 4096 x 14336 at N = 5 31.25 / 32.14 (31.23 / 31.78), at N = 6 4096 x 4096 13.14 / 13.65
+#: (13.28 / 13.34) and 14336 x 4096 28.83 / 28.64 (29.25 / 28.69). The decode kernel keeps the N
+#: below (DECODE_MAX_N_HOPPER), so on Hopper the small step now runs only with WGMMA_F16_MIN_N None.
+#: Before that
 #: change the H200 sweep bench_results/nvidia-h200/2026-11-27/f16-sweep-103141.json had the small
 #: step ahead at N = 5 to 16 (Q4_0 4096 x 14336 N = 8: 21.2 against 23.2): those thresholds (17
 #: and 12) are what its tables in chapter 6 show; the H200 has not been measured since.
-WGMMA_F16_MIN_N: dict | None = {"q4_0": 5, "q8_0": 8}
+WGMMA_F16_MIN_N: dict | None = {"q4_0": 4, "q8_0": 5}
 #: The formats whose tensor-core kernel is the mma.sync step (Q4_1, Q4_K, Q6_K: no wgmma kernel), in
 #: its split-K launch (10_mma_splitk.cu): the decode kernel to N = 8 (Q4_1) or 16 (Q4_K, Q6_K). From
 #: the H100 record bench_results/nvidia-h100-80gb-hbm3/2026-11-27/mma-zfill-003322.json (cold,

@@ -164,8 +164,9 @@ def test_pick_kernel_on_the_cpu():
 
 def test_the_gpu_choice_follows_the_measured_crossovers(monkeypatch):
     """api.pick_cuda_kernel without a GPU: on Hopper the decode kernel to N = 3 (Q4_0, rows of
-    K <= 4096), 4 (longer rows) or 5 (Q8_0, rows of K <= 4096), then the small-batch wgmma step to
-    N = 4 (Q4_0; Q8_0: 7), then the fp16 step (api.WGMMA_F16_MIN_N); with WGMMA_F16_MIN_N None (Q8_1 activations
+    K <= 4096), 4 (longer rows) or 5 (Q8_0, rows of K <= 4096), then the fp16 step (from
+    api.WGMMA_F16_MIN_N: 4 for Q4_0, 5 for Q8_0, so the small-batch wgmma step runs nowhere on
+    Hopper); with thresholds given instead, the small step between; with WGMMA_F16_MIN_N None (Q8_1 activations
     throughout) the small step to N = 32, then the split-K wgmma kernel in its 64-token-tile form
     (the narrow step) to 64 and the fifth step past it (the narrow kernel's own launcher); on Ampere and Ada the decode kernel at
     every N (the mma steps' shared memory does not fit there); DP4A before them; Q4_1, Q4_K and Q6_K (no wgmma kernel) the
@@ -177,26 +178,24 @@ def test_the_gpu_choice_follows_the_measured_crossovers(monkeypatch):
     h100 = ((9, 0), 132)
     assert pick("q4_0", 1, 4096, *h100).name == "cuda_q4_0_q8_1_decode"
     assert pick("q4_0", 3, 4096, *h100).name == "cuda_q4_0_q8_1_decode"
-    assert pick("q4_0", 4, 4096, *h100).name == "cuda_q4_0_q8_1_wgmma_small"
+    assert pick("q4_0", 4, 4096, *h100).name == "cuda_q4_0_f16_wgmma"
     assert pick("q4_0", 3, 14336, *h100, K=4096).name == "cuda_q4_0_q8_1_decode"
-    assert pick("q4_0", 4, 14336, *h100, K=4096).name == "cuda_q4_0_q8_1_wgmma_small"
+    assert pick("q4_0", 4, 14336, *h100, K=4096).name == "cuda_q4_0_f16_wgmma"
     assert pick("q4_0", 4, 4096, *h100, K=14336).name == "cuda_q4_0_q8_1_decode"
     assert pick("q4_0", 5, 4096, *h100, K=14336).name == "cuda_q4_0_f16_wgmma"
     assert pick("q4_0", 16, 4096, *h100, K=14336).name == "cuda_q4_0_f16_wgmma"
-    assert pick("q4_0", 4, 4096, *h100, K=4096).name == "cuda_q4_0_q8_1_wgmma_small"
-    assert pick("q8_0", 7, 4096, *h100, K=14336).name == "cuda_q8_0_q8_1_wgmma_small"
-    assert pick("q8_0", 8, 4096, *h100, K=14336).name == "cuda_q8_0_f16_wgmma"
+    assert pick("q4_0", 4, 4096, *h100, K=4096).name == "cuda_q4_0_f16_wgmma"
+    assert pick("q8_0", 5, 4096, *h100, K=14336).name == "cuda_q8_0_f16_wgmma"
     assert pick("q4_0", 33, 4096, *h100, K=14336).name == "cuda_q4_0_f16_wgmma"
     assert pick("q4_0", 4096, 4096, *h100, K=14336).name == "cuda_q4_0_f16_wgmma"
     assert pick("q8_0", 512, 14336, *h100, K=4096).name == "cuda_q8_0_f16_wgmma"
     assert pick("q8_0", 5, 4096, *h100, K=4096).name == "cuda_q8_0_q8_1_decode"
-    assert pick("q8_0", 6, 4096, *h100, K=4096).name == "cuda_q8_0_q8_1_wgmma_small"
-    assert pick("q8_0", 5, 4096, *h100, K=14336).name == "cuda_q8_0_q8_1_wgmma_small"
+    assert pick("q8_0", 6, 4096, *h100, K=4096).name == "cuda_q8_0_f16_wgmma"
     assert pick("q4_0", 8, 4096, (8, 0), 108).name == "cuda_q4_0_q8_1_decode"
     assert pick("q4_0", 8, 14336, (8, 0), 108).name == "cuda_q4_0_q8_1_decode"
     assert pick("q4_0", 16, 4096, (8, 0), 108).name == "cuda_q4_0_q8_1_decode"  # no wgmma there
     assert pick("q8_0", 4, 4096, *h100, K=14336).name == "cuda_q8_0_q8_1_decode"
-    assert pick("q8_0", 7, 14336, *h100, K=4096).name == "cuda_q8_0_q8_1_wgmma_small"
+    assert pick("q8_0", 6, 14336, *h100, K=4096).name == "cuda_q8_0_f16_wgmma"
     assert pick("q4_1", 1, 4096, *h100).name == "cuda_q4_1_q8_1_decode"
     assert pick("q4_1", 8, 4096, *h100).name == "cuda_q4_1_q8_1_decode"
     assert pick("q4_1", 16, 4096, *h100).name == "cuda_q4_1_q8_1_mma_splitk"
@@ -215,10 +214,12 @@ def test_the_gpu_choice_follows_the_measured_crossovers(monkeypatch):
     with pytest.raises(ValueError, match="no CUDA kernel for q4_1 weights on compute capability 7.5"):
         pick("q4_1", 1, 4096, (7, 5), 40)
     table = api.choice_table((9, 0), 132, ns=(1, 4, 8, 32, 64))
-    assert "f16_wgmma" in table and "wgmma_small" in table and "decode" in table and "q4_1" in table
+    assert "f16_wgmma" in table and "wgmma_small" not in table and "decode" in table and "q4_1" in table
     assert pick("q4_0", 33, 4096, *h100, K=14336, q8_1_only=True).name == "cuda_q4_0_q8_1_wgmma_narrow"
     assert pick("q8_0", 16, 4096, *h100, K=14336, q8_1_only=True).name == "cuda_q8_0_q8_1_wgmma_small"
     then = {"q4_0": 17, "q8_0": 12}  # thresholds given instead of WGMMA_F16_MIN_N
+    assert pick("q4_0", 4, 14336, *h100, K=4096, f16_min_n=then).name == "cuda_q4_0_q8_1_wgmma_small"
+    assert pick("q8_0", 7, 4096, *h100, K=14336, f16_min_n=then).name == "cuda_q8_0_q8_1_wgmma_small"
     assert pick("q4_0", 16, 4096, *h100, K=14336, f16_min_n=then).name == "cuda_q4_0_q8_1_wgmma_small"
     assert pick("q4_0", 17, 4096, *h100, K=14336, f16_min_n=then).name == "cuda_q4_0_f16_wgmma"
     monkeypatch.setattr(api, "WGMMA_F16_MIN_N", None)  # Q8_1 activations at every N
