@@ -126,6 +126,10 @@
 // decode kernel, launched like the GEMM, also starts 1.06 us after its quantizer starts; its
 // quantizer runs 2.3 us, so there the two overlap. A conversion kernel as short as that start
 // costs its whole length; fp16 activations (no conversion) save 1.1 to 1.5 us a call.
+// Tried and lost: to_f16 also prefetching into L2, through the GEMM's tensor map, the first 3 weight
+// stages of every (weight tile, split), so that the weight stream would start with it. Issued by the
+// threads of its first two CTAs, the 336 to 384 box prefetches kept it running some 35 us, and calls
+// at small N took 3 to 4x as long (f16-l2pf-ab.txt). Spread over every SM it was not tried.
 // Grid: x = ceil(M / 128) weight tiles, y = ceil(N / NT) token tiles, z = splits of K (in steps of
 // 8 blocks, when the tiles leave SMs idle); 384 threads: two consumer warpgroups (rows 0..63,
 // 64..127 of the tile) and a producer warpgroup of which one thread issues the copies.
@@ -164,23 +168,8 @@ struct Smem {
 
 namespace {
 // float32 -> fp16 (round to nearest even), 4 values per thread: the activations for the TMA.
-// Also (pf_stages > 0): each of the GEMM's (weight tile, split) pairs gets its first pf_stages weight
-// stages prefetched into L2 through the GEMM's tensor map, one thread per stage, so that the weight
-// stream starts with this kernel rather than 1 to 1.5 us later with the GEMM (f16-timeline.txt).
-__global__ void to_f16_kernel(const float4* __restrict__ x, uint2* __restrict__ y, int64_t quads,
-                              const __grid_constant__ CUtensorMap wmap, int tiles_m, int splits, int wsteps,
-                              int pf_stages, int stage_cols) {
+__global__ void to_f16_kernel(const float4* __restrict__ x, uint2* __restrict__ y, int64_t quads) {
     allow_dependent_launch();  // the GEMM launched with PDL waits for our writes itself
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (const int t = blockIdx.x * blockDim.x + threadIdx.x; t < tiles_m * splits * pf_stages) {
-        const int s = t % pf_stages, z = (t / pf_stages) % splits, tile = t / (pf_stages * splits);
-        const int w_begin = (int)((int64_t)wsteps * z / splits), w_end = (int)((int64_t)wsteps * (z + 1) / splits);
-        if (w_begin + s < w_end)  // the split's stage s, as the GEMM's copy_w addresses it
-            asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];\n" ::"l"((uint64_t)&wmap),
-                         "r"((w_begin + s) * stage_cols), "r"(tile * BM)
-                         : "memory");
-    }
-#endif
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < quads; i += (int64_t)gridDim.x * blockDim.x) {
         const float4 v = x[i];
         const __half2 lo = __floats2half2_rn(v.x, v.y), hi = __floats2half2_rn(v.z, v.w);
@@ -477,6 +466,11 @@ void launch_f16(const GemmProblem& p, cudaStream_t stream) {
     // the activations as fp16 [N][K]: the caller's (p.a_f16), or converted to the start of the
     // workspace (f16_workspace_bytes, gemm.h)
     uint16_t* x16 = p.a_f16 ? (uint16_t*)const_cast<void*>(p.A) : (uint16_t*)p.workspace;
+    if (!p.a_f16) {
+        const int64_t quads = (int64_t)p.N * p.K / 4;
+        to_f16_kernel<<<(unsigned)std::min<int64_t>((quads + 255) / 256, (int64_t)sms * 16), 256, 0, stream>>>(
+            (const float4*)p.A, (uint2*)x16, quads);
+    }
 
     static wg::PFN_encode encode = wg::tensor_map_encoder();
     CUtensorMap xmap{}, wmap{};
@@ -502,14 +496,6 @@ void launch_f16(const GemmProblem& p, cudaStream_t stream) {
     const int splits = f16_splits(p.N, p.M, p.K, sms);  // the binding sized the workspace with it
     float* out = splits > 1 ? (float*)((uint8_t*)p.workspace + f16_splits_offset(p.N, p.K, p.a_f16)) : p.C;
     const dim3 grid((p.M + BM - 1) / BM, tiles_n, splits);
-    if (!p.a_f16) {
-        const int64_t quads = (int64_t)p.N * p.K / 4;
-        const int pf = tma_w ? Cfg<WF, NT>::W_STAGES : 0;  // the stages the GEMM copies before it waits
-        const int64_t threads = std::max<int64_t>(quads, (int64_t)grid.x * splits * pf);
-        to_f16_kernel<<<(unsigned)std::min<int64_t>((threads + 255) / 256, (int64_t)sms * 16), 256, 0, stream>>>(
-            (const float4*)p.A, (uint2*)x16, quads, wmap, (int)grid.x, splits, (nb + KB - 1) / KB, pf,
-            Cfg<WF, NT>::RAW_ROW / 2);
-    }
     static_assert(sizeof(Smem<WF, NT>) <= 227 * 1024, "the stages exceed a Hopper CTA's shared memory");
     const size_t smem = sizeof(Smem<WF, NT>);
     const int64_t plane = (int64_t)p.N * p.M;
