@@ -120,9 +120,9 @@
 // with the deeper rings above, the bytes in flight are not what these small calls wait for.
 // Where a small call's time goes (H100, CUPTI per kernel, f16-timeline.txt): Q8_0 4096 x 4096
 // N = 16, to_f16 1.2 us, the GEMM starting 1.5 us after it and lasting 10.3, splitk_sum 0.45 us
-// after the GEMM's end and lasting 1.6: 13.9 us first start to last end. The GEMM starts 1.1 to
-// 1.6 us after to_f16 starts, about when to_f16 ends, in every variant tried: PDL or none, the
-// conversion on 8 CTAs, to_f16 and splitk_sum asking for the GEMM's shared-memory carveout. The
+// after the GEMM's end and lasting 1.6: 13.9 us first start to last end. The GEMM starts about when
+// to_f16 ends (1.1 to 2.3 us after it starts) in every variant tried: PDL or none, the conversion
+// on 8 CTAs, to_f16 and splitk_sum asking for the GEMM's shared-memory carveout. The
 // decode kernel, launched like the GEMM, also starts 1.06 us after its quantizer starts; its
 // quantizer runs 2.3 us, so there the two overlap. A conversion kernel as short as that start
 // costs its whole length; fp16 activations (no conversion) save 1.1 to 1.5 us a call.
