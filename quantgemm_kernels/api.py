@@ -326,9 +326,10 @@ class QTensor:
 
 
 #: The kernel :func:`linear` picks, by device, weight format and batch size N. On CUDA:
-#:   * compute capability 9.0 (Hopper): the decode kernel while N is small, then the small-batch
-#:     wgmma step (11_wgmma_small.cu), then, Q4_0 and Q8_0, the fp16 step (12_wgmma_f16.cu) from
-#:     WGMMA_F16_MIN_N tokens on. With WGMMA_F16_MIN_N None (Q8_1 activations throughout): the small
+#:   * compute capability 9.0 (Hopper): the decode kernel while N is small, then, Q4_0 and Q8_0, the
+#:     fp16 step (12_wgmma_f16.cu) from WGMMA_F16_MIN_N tokens on, the small-batch wgmma step
+#:     (11_wgmma_small.cu) between the two where a threshold leaves room (WGMMA_F16_MIN_N's leave
+#:     none; chapter 6 passes older ones). With WGMMA_F16_MIN_N None (Q8_1 activations throughout): the small
 #:     step to 32 tokens, then the warp-specialised wgmma kernel with split-K (8_wgmma_splitk.cu,
 #:     the fourth step as it is when W's 128-row tiles fill the GPU), through its 64-token-tile form
 #:     for N <= 64 (9_wgmma_narrow.cu, the fifth step itself past 64). The decode kernel's time grows
@@ -408,8 +409,7 @@ WGMMA_SMALL_MAX_N = 32  #: on Hopper, the small-batch wgmma step from there to h
 #: Q8_0 4096 x 14336 at N = 5 31.25 / 32.14 (31.23 / 31.78), at N = 6 4096 x 4096 13.14 / 13.65
 #: (13.28 / 13.34) and 14336 x 4096 28.83 / 28.64 (29.25 / 28.69). The decode kernel keeps the N
 #: below (DECODE_MAX_N_HOPPER), so on Hopper the small step now runs only with WGMMA_F16_MIN_N None.
-#: Before that
-#: change the H200 sweep bench_results/nvidia-h200/2026-11-27/f16-sweep-103141.json had the small
+#: Before the change of the fp16 step's loop the H200 sweep bench_results/nvidia-h200/2026-11-27/f16-sweep-103141.json had the small
 #: step ahead at N = 5 to 16 (Q4_0 4096 x 14336 N = 8: 21.2 against 23.2): those thresholds (17
 #: and 12) are what its tables in chapter 6 show; the H200 has not been measured since.
 WGMMA_F16_MIN_N: dict | None = {"q4_0": 4, "q8_0": 5}
