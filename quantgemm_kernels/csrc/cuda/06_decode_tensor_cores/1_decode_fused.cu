@@ -22,7 +22,7 @@ struct FusedActs {
     static constexpr bool PDL = false;  // one kernel: nothing runs before it
     template <int T>
     __device__ __forceinline__ static void stage(const ActSource& src, const ActSmem& act, int K, int kb0, int nb,
-                                                 int nu) {
+                                                 int nu, uint64_t*) {
         // One thread per 32-value block, two blocks per round so that 16 independent 16-byte loads
         // per thread are in flight (a warp per block, one block at a time, waits on L2 once per block).
         const float* A = src.A;

@@ -8,8 +8,9 @@
 // cp.async copies (ImageActs). The decode kernel is launched with programmatic dependent launch
 // (sm_90): it starts while the quantizer still runs, issues its first weight copies (weights do
 // not depend on the quantizer), and only then waits for the quantizer's results
-// (grid_dependency_wait). llama.cpp also runs a separate quantize_q8_1 kernel, but its MMVQ then
-// reads the activations from global memory per block.
+// (grid_dependency_wait), which one thread copies with two bulk copies per token, counted on an
+// mbarrier of their own (cp.async before sm_90). llama.cpp also runs a separate quantize_q8_1
+// kernel, but its MMVQ then reads the activations from global memory per block.
 // Why it is faster: the previous step (1_decode_fused.cu) had every CTA quantize all N x K floats
 // itself: 4x the bytes from L2 per CTA plus the quantizer's arithmetic, once per CTA, not
 // overlapped with the weight stream, a cost that grows with every token. Here a CTA copies 36
@@ -81,24 +82,43 @@ struct ImageActs {
     static constexpr bool PDL = true;  // the decode kernel may start while the quantizer finishes
     template <int T>
     __device__ __forceinline__ static void stage(const ActSource& src, const ActSmem& act, int K, int kb0, int nb,
-                                                 int nu) {
+                                                 int nu, uint64_t* bar) {
         // [excerpt: image_copy]
         // The activations: wait for the quantizer (launched just before, programmatic dependent
         // launch), then copy T token rows of the image, as they will sit in shared memory. Row
         // chunks start at an even unit (the launcher's chunks are), so every copy is 16-byte aligned.
         grid_dependency_wait();
-        const int u0 = kb0 / UNIT, qv = nu * A_UNIT_VECS, dv = ds_pitch(nu) / 2;
+        const int u0 = kb0 / UNIT;
+        const size_t g_pitch = ds_pitch(src.nu_total);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+        // Two bulk copies per token (quants, pairs) counted on an mbarrier of their own: waiting for
+        // them is not waiting for the weight steps issued before (a cp.async group would be, since
+        // groups complete in order), so each warp starts on its first step as soon as that step
+        // and the activations are in, not when the CTA's last step is.
+        const int qbytes = nu * A_UNIT_VECS * 16, dbytes = ds_pitch(nu) * 8;
+        if (threadIdx.x == 0) {
+            bar_expect(bar, T * (qbytes + dbytes));
+            for (int t = 0; t < T; t++) {
+                bulk_copy(act.qs + (size_t)t * nu * A_UNIT_VECS, src.qs + ((size_t)t * src.nu_total + u0) * A_UNIT_VECS,
+                          qbytes, bar);
+                bulk_copy(act.ds + (size_t)t * ds_pitch(nu), src.ds + t * g_pitch + (size_t)u0 * A_UNIT_DS, dbytes,
+                          bar);
+            }
+        }
+        bar_wait(bar, 0);
+#else
+        const int qv = nu * A_UNIT_VECS, dv = ds_pitch(nu) / 2;
         for (int c = threadIdx.x; c < T * qv; c += DEC_THREADS) {
             const int t = c / qv, j = c % qv;
             cp_async16(act.qs + c, src.qs + ((size_t)t * src.nu_total + u0) * A_UNIT_VECS + j);
         }
-        const size_t g_pitch = ds_pitch(src.nu_total);
         for (int c = threadIdx.x; c < T * dv; c += DEC_THREADS) {
             const int t = c / dv, j = c % dv;
             cp_async16((int4*)act.ds + c, (const int4*)(src.ds + t * g_pitch + (size_t)u0 * A_UNIT_DS) + j);
         }
         cp_async_commit();
         cp_async_wait_all();  // (the weight steps issued above land too: they were issued first)
+#endif
         // [end excerpt: image_copy]
     }
     static void prepare(const GemmProblem& p, int4* img_qs, float2* img_ds, int nb_total, int nu_total,

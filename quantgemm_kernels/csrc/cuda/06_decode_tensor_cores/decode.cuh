@@ -41,10 +41,21 @@
 // Grid: min(ceil(G / 8), SMs x min(CTAs that fit per SM, 2)) CTAs of 256 threads (8 warps), G the
 // row groups (M, or M / 4 rounded up), one launch per pass of T tokens and K chunk.
 // Measured: with each lane loading its own unit, the profiler showed the L1 busy while HBM idled
-// at a third of its bandwidth (hence the staging). Ring depth: 3 steps per warp for Q4_0 at 2 to
-// 4 tokens, 2 otherwise (Q8_0's steps are twice as large, more tokens need the shared memory for
-// their activations, and at one token 2 steps let 2 CTAs share an SM: 16 warps and 16 steps in
-// flight instead of 8 warps and 24, which measured faster).
+// at a third of its bandwidth (hence the staging). Ring depth: 3 steps per warp for Q4_0's long
+// rows at 2 to 4 tokens, 2 otherwise (Q8_0's steps are twice as large, more tokens need the shared
+// memory for their activations, and at one token 2 steps let 2 CTAs share an SM: 16 warps and 16
+// steps in flight instead of 8 warps and 24, which measured faster; packed short rows give a warp
+// one or a few steps, so there too 2 CTAs of 2 steps beat 1 CTA of 3).
+// The activations' own barrier (sm_90): the CTA's activation copies were one more cp.async group,
+// and since a thread's groups complete in order, waiting for them (then __syncthreads) was waiting
+// for every weight step the CTA had issued: each warp started when the CTA's slowest first step
+// had landed. As two bulk copies per token on an mbarrier (2_decode.cu), a warp starts when its
+// own step and the activations are in. H100, weights cold, one machine, two builds
+// (bench_results/nvidia-h100-80gb-hbm3/2026-11-28/decode-bulkacts-ab.txt, with 2 stages for packed
+// rows): Q4_0 4096 x 4096 N = 1 7.10 -> 6.88 us, N = 2 8.58 -> 7.78, N = 4 10.64 -> 9.60; 14336 x
+// 4096 N = 3 19.07 -> 16.19; 4096 x 14336 N = 3 17.09 -> 16.51; Q8_0 2-4 %; nowhere slower. Filling
+// every ring slot before the activations as well was slower where a warp has more than one step
+// (Q8_0 4096 x 4096 N = 4 13.03 against 10.64, Q4_0 4096 x 14336 N = 5 22.55 against 20.60).
 // Packed short rows (H100, weights cold, calls replayed from a CUDA graph; bench_results/
 // nvidia-h100-80gb-hbm3/2026-11-27/crossover-064418.json before, packed-065600.json after): Q4_0
 // 14336 x 4096 at N = 4: 32.0 -> 24.4 us, N = 5: 33.7 -> 25.0; 4096 x 4096 at N = 5: 13.2 -> 11.2;
@@ -168,12 +179,13 @@ struct Unit {  // 8 consecutive weight blocks of one row, as raw 32-bit words
     }
 };
 
-// Shared memory of one launch: activation quants | activation (d, s) | one staging buffer per warp.
-// Steps in flight per warp: 3 where shared memory allows (Q4_0 steps, 2 <= T <= 4), else 2. One
+// Shared memory of one launch: activation quants | activation (d, s) | one staging buffer per warp |
+// the activations' mbarrier. Steps in flight per warp: 3 where shared memory allows and the rows
+// are long (Q4_0 steps, 2 <= T <= 4, not packed), else 2. One
 // token takes 2: a CTA then needs 93 KB for K = 14336 and two CTAs fit on an SM, 16 warps and 16
 // steps in flight, where 3 stages would leave room for one CTA (8 warps, 24 steps).
-__host__ __device__ constexpr int decode_stages(int T, int unit_vecs) {
-    return T >= 2 && T <= 4 && unit_vecs <= 9 ? 3 : 2;
+__host__ __device__ constexpr int decode_stages(int T, int unit_vecs, bool packed) {
+    return T >= 2 && T <= 4 && unit_vecs <= 9 && !packed ? 3 : 2;
 }
 
 // Rows per warp step where rows are long (not packed): 4 for Q4_0 at 3 to 8 tokens, else 1 (see
@@ -189,12 +201,13 @@ __host__ __device__ constexpr int decode_rows_per_step(int T) {
 }
 
 struct DecodeSmem {
-    size_t act_qs, act_ds, stage, total;  // byte offsets, 16-byte aligned
+    size_t act_qs, act_ds, stage, bar, total;  // byte offsets, 16-byte aligned
     __host__ __device__ DecodeSmem(int T, int nu, int unit_vecs, int stages) {
         act_qs = 0;
         act_ds = act_qs + (size_t)T * nu * A_UNIT_VECS * 16;
         stage = act_ds + (size_t)T * ds_pitch(nu) * 8;
-        total = stage + (size_t)DEC_WARPS * stages * 32 * unit_vecs * 16;
+        bar = stage + (size_t)DEC_WARPS * stages * 32 * unit_vecs * 16;  // the activations' mbarrier (sm_90)
+        total = bar + 16;
     }
 };
 
@@ -218,7 +231,7 @@ __global__ void __launch_bounds__(DEC_THREADS, sizeof(typename WF::block) < 32 ?
     // Warp w of the grid owns rows w, w + (all warps), ...; a row is read in steps of 32 units.
     constexpr int VECS = Unit<WF>::VECS;  // 16-byte vectors per unit: 9 (Q4_0), 17 (Q8_0)
     constexpr int STEP_VECS = 32 * VECS;  // one step: 32 units, one per lane
-    constexpr int STAGES = decode_stages(T, VECS);
+    constexpr int STAGES = decode_stages(T, VECS, PACKED);
     extern __shared__ int4 smem[];
     const int nu = (nb + UNIT - 1) / UNIT;
     const DecodeSmem lay(T, nu, VECS, STAGES);
@@ -280,8 +293,13 @@ __global__ void __launch_bounds__(DEC_THREADS, sizeof(typename WF::block) < 32 ?
     };
 #pragma unroll
     // [excerpt: pipeline]
-    for (int i = 0; i < STAGES - 1; i++) issue(i);      // in flight while the activations arrive
-    Acts::template stage<T>(src, act, K, kb0, nb, nu);  // the activations: the step's own part
+    for (int i = 0; i < STAGES - 1; i++) issue(i);  // in flight while the activations arrive
+    uint64_t* act_bar = (uint64_t*)(base + lay.bar);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (threadIdx.x == 0) bar_init(act_bar, 1), bar_init_fence();
+    __syncthreads();
+#endif
+    Acts::template stage<T>(src, act, K, kb0, nb, nu, act_bar);  // the activations: the step's own part
     __syncthreads();
     // [end excerpt: pipeline]
 
@@ -369,8 +387,8 @@ template <class WF, int T, class Acts>
 void launch_pass(const ActSource& src, const typename WF::block* W, float* C, int M, int K, int nb_total, int kb0,
                  int nb, bool accumulate, cudaStream_t stream) {
     const int nu = (nb + UNIT - 1) / UNIT;
-    const size_t smem = DecodeSmem(T, nu, Unit<WF>::VECS, decode_stages(T, Unit<WF>::VECS)).total;
     const bool packed = nb_total % UNIT == 0 && kb0 % UNIT == 0 && nb == nb_total && nu < 32 && 32 % nu == 0;
+    const size_t smem = DecodeSmem(T, nu, Unit<WF>::VECS, decode_stages(T, Unit<WF>::VECS, packed)).total;
     // Long Q4_0 rows at 3 tokens or more: 4 rows per warp step (decode_rows_per_step).
     constexpr int RG = decode_rows_per_step<WF>(T);
     const int rg = packed ? 1 : RG;
@@ -421,7 +439,8 @@ void gemm_q8_1_decode(const GemmProblem& p, cudaStream_t stream) {
     // for the pass's own T: sized for 8 tokens, Q4_1's larger ring split K = 14336 in two passes.)
     auto chunk_for = [&](int T) {
         const int budget = device_info().smem_optin -
-                           (int)DecodeSmem(0, 0, Unit<WF>::VECS, decode_stages(T, Unit<WF>::VECS)).total - 16 - 8 * T;
+                           (int)DecodeSmem(0, 0, Unit<WF>::VECS, decode_stages(T, Unit<WF>::VECS, false)).total - 16 -
+                           8 * T;
         const int chunk_units = std::max(2, budget / (T * SMEM_PER_TOKEN_UNIT) / 2 * 2);
         return std::min(nb_total, chunk_units * UNIT);
     };

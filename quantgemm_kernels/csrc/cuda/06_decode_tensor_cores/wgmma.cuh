@@ -159,43 +159,12 @@ __device__ __forceinline__ void fence_regs(int (&d)[R]) {
     for (int i = 0; i < R; i++) asm volatile("" : "+r"(d[i])::"memory");
 }
 
-// Bulk copies (the TMA engine, no per-thread copy instructions in the loop): `bytes` (a multiple of
-// 16, both addresses 16-byte aligned) from global to shared memory, counted on an mbarrier.
-__device__ __forceinline__ void bulk_copy(void* dst, const void* src, int bytes, uint64_t* bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-                     (uint32_t)__cvta_generic_to_shared(dst)),
-                 "l"(src), "r"(bytes), "r"((uint32_t)__cvta_generic_to_shared(bar))
-                 : "memory");
-}
 // The same for a 2-D box of a tensor map: the box at element (x, y), written densely.
 __device__ __forceinline__ void tma_copy_2d(void* dst, const CUtensorMap* map, int x, int y, uint64_t* bar) {
     asm volatile(
         "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::
             "r"((uint32_t)__cvta_generic_to_shared(dst)),
         "l"((uint64_t)map), "r"(x), "r"(y), "r"((uint32_t)__cvta_generic_to_shared(bar))
-        : "memory");
-}
-// mbarriers: a phase completes when `count` arrivals (and the bytes an expect_tx announced) are in.
-__device__ __forceinline__ void bar_init(uint64_t* bar, int count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"((uint32_t)__cvta_generic_to_shared(bar)), "r"(count)
-                 : "memory");
-}
-__device__ __forceinline__ void bar_expect(uint64_t* bar, int bytes) {  // one arrival, plus bytes to come
-    asm volatile(
-        "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"((uint32_t)__cvta_generic_to_shared(bar)),
-        "r"(bytes)
-        : "memory");
-}
-__device__ __forceinline__ void bar_arrive(uint64_t* bar) {  // one arrival (release: this thread's writes before it)
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"((uint32_t)__cvta_generic_to_shared(bar))
-                 : "memory");
-}
-__device__ __forceinline__ void bar_wait(uint64_t* bar, int parity) {
-    asm volatile(
-        "{\n.reg .pred p;\nWAIT_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-        "@!p bra WAIT_%=;\n}\n" ::"r"((uint32_t)__cvta_generic_to_shared(bar)),
-        "r"(parity)
         : "memory");
 }
 #endif
