@@ -162,6 +162,25 @@ def test_k_quant_kernels_on_llm_sizes(kernel, M, N, K):
     assert err <= KERNEL_NMSE, f"{kernel} M={M} N={N} K={K}: NMSE {err:.3g} > {KERNEL_NMSE}"
 
 
+#: Rows a decode step packs into one warp step (K = 256 nu, nu = 1, 2, 4, 8, 16 units of 8 blocks:
+#: decode.cuh's PACKED layout, 16 / nu rows per step, two lanes per unit): M leaves the last step
+#: partly past the end, N = 9 makes a pass of 8 tokens and a pass of 1
+PACKED_SHAPES = [(m, n, 256 * nu) for nu in (1, 2, 4, 8, 16) for m, n in ((37, 1), (130, 3), (21, 9))]
+PACKED_PARAMS = [
+    pytest.param(p.values[0], *shape, marks=p.marks, id=f"{p.values[0]}-M{shape[0]}N{shape[1]}K{shape[2]}")
+    for p in KERNEL_PARAMS
+    if "decode" in p.values[0] and qk.KERNELS[p.values[0]].wfmt in ("q4_0", "q4_1", "q8_0")
+    for shape in PACKED_SHAPES
+]
+
+
+@pytest.mark.parametrize("kernel,M,N,K", PACKED_PARAMS)
+def test_decode_kernels_on_packed_short_rows(kernel, M, N, K):
+    err, C, ref = check_kernel(kernel, M, N, K, "normal", seed=M + N + K)
+    assert C.shape == (N, M)
+    assert err <= KERNEL_NMSE, f"{kernel} M={M} N={N} K={K}: NMSE {err:.3g} > {KERNEL_NMSE}"
+
+
 def test_q4_0_formulas_of_llama_cpp():
     """reference.gemm_wq_aq8_1's two Q4_0 formulas: "signed" is the exact integer dot of (q - 8) and
     the activation quants; "compensated" replaces sum(a) by s_a / d_a (s_a rounded to fp16), so the

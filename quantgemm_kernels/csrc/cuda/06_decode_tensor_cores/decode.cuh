@@ -56,6 +56,14 @@
 // 4096 N = 3 19.07 -> 16.19; 4096 x 14336 N = 3 17.09 -> 16.51; Q8_0 2-4 %; nowhere slower. Filling
 // every ring slot before the activations as well was slower where a warp has more than one step
 // (Q8_0 4096 x 4096 N = 4 13.03 against 10.64, Q4_0 4096 x 14336 N = 5 22.55 against 20.60).
+// Tried and lost: packed rows as half-units, two lanes per unit (lane j < 16 blocks 0-3 of unit j,
+// lane j + 16 blocks 4-7, from 8-byte loads), 16 units a step, so that a 4096-row layer gives 4096
+// warp steps instead of 2048, with up to 4 CTAs per SM (at most 64 registers: small spills from 2
+// tokens on) or 3. Correct (tests, memcheck, racecheck on an H100) but slower from 2 tokens on
+// (Q4_0 4096 x 4096 N = 4 10.9 / 11.0 against 9.6 us, 1024 x 4096 N = 8 8.5 / 8.6 against 8.0;
+// Q8_0 14336 x 4096 N = 8 39.9 / 40.0 against 35.7) and no faster at one token (4096 x 4096 6.75
+// to 7.3 in each build): twice the CTAs also copy the activations twice as often
+// (bench_results/nvidia-h100-80gb-hbm3/2026-11-28/decode-halfunits-ab.txt).
 // Packed short rows (H100, weights cold, calls replayed from a CUDA graph; bench_results/
 // nvidia-h100-80gb-hbm3/2026-11-27/crossover-064418.json before, packed-065600.json after): Q4_0
 // 14336 x 4096 at N = 4: 32.0 -> 24.4 us, N = 5: 33.7 -> 25.0; 4096 x 4096 at N = 5: 13.2 -> 11.2;
