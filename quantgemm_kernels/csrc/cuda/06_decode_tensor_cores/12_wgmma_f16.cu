@@ -130,6 +130,13 @@
 // stages of every (weight tile, split), so that the weight stream would start with it. Issued by the
 // threads of its first two CTAs, the 336 to 384 box prefetches kept it running some 35 us, and calls
 // at small N took 3 to 4x as long (f16-l2pf-ab.txt). Spread over every SM it was not tried.
+// The split-K sum launched with programmatic dependent launch, the GEMM's consumer threads allowing
+// it once their K loop is done (allow_dependent_launch before the epilogue), so that the sum's launch
+// overlaps the GEMM's stores and exit instead of following them (0.45 us, above). (Allowed at the
+// GEMM's start it was no faster: 8_wgmma_splitk.cu's header.) H100, one machine, two builds, runs
+// new / old / new / old (bench_results/nvidia-h100-80gb-hbm3/2026-11-28/f16-pdlsum-ab.txt): Q8_0
+// 4096 x 4096 N = 16 13.25 / 13.31 -> 12.85 / 12.88 us, Q4_0 4096 x 4096 N = 16 10.85 -> 10.43 / 10.40,
+// 4096 x 14336 N = 16 20.77 -> 20.26; the layers of 14336 rows, which need no split, unchanged.
 // Grid: x = ceil(M / 128) weight tiles, y = ceil(N / NT) token tiles, z = splits of K (in steps of
 // 8 blocks, when the tiles leave SMs idle); 384 threads: two consumer warpgroups (rows 0..63,
 // 64..127 of the tile) and a producer warpgroup of which one thread issues the copies.
@@ -426,6 +433,7 @@ __global__ void __launch_bounds__(THREADS, 1)
         wgmma_wait<0>();
     }
     wgmma_wait<0>();
+    allow_dependent_launch();  // the split-K sum (PDL) may be scheduled: it waits for our stores itself
     fence_acc(acc[0]);
     fence_acc(acc[1]);
 #pragma unroll
@@ -508,7 +516,7 @@ void launch_f16(const GemmProblem& p, cudaStream_t stream) {
         splits > 1 ? go(wgmma_f16_kernel<WF, NT, true, true>) : go(wgmma_f16_kernel<WF, NT, true, false>);
     else
         splits > 1 ? go(wgmma_f16_kernel<WF, NT, false, true>) : go(wgmma_f16_kernel<WF, NT, false, false>);
-    if (splits > 1) splitk_sum(out, p.C, plane, splits, stream);
+    if (splits > 1) splitk_sum(out, p.C, plane, splits, stream, true);  // PDL: see the header
 }
 template <class WF>
 void gemm_f16(const GemmProblem& p, cudaStream_t stream) {

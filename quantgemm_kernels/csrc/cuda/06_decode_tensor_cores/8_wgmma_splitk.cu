@@ -27,7 +27,8 @@
 // H100, same machine, one build after the other: the fp16 step 12.7 us against 12.1 there, 24.7
 // against 24.2 on 4096 x 14336, the small step 11.9 against 11.5 (split-pdl-155328.json against
 // split-nopdl-155419.json): with one GEMM CTA holding an SM's registers, the sum's CTAs find no room
-// before the GEMM's CTAs leave.
+// before the GEMM's CTAs leave. Allowed after the K loop instead, the fp16 step's sum does gain
+// (12_wgmma_f16.cu's header): splitk_sum's `pdl` says which launches use it.
 // Grid: 7_wgmma_ws.cu's, with gridDim.z = splits; then splitk_sum over the N x M outputs.
 #include "wgmma_ws.cuh"
 
@@ -37,6 +38,7 @@ namespace {
 // C = P[0] + P[1] + ... + P[splits - 1], in that order, four floats per thread and loop.
 __global__ void __launch_bounds__(256)
     splitk_sum_kernel(const float4* __restrict__ P, float4* __restrict__ C, int64_t plane4, int splits) {
+    grid_dependency_wait();  // launched with PDL: the GEMM's partials are complete and visible from here
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < plane4; i += (int64_t)gridDim.x * blockDim.x) {
         float4 s = P[i];
         for (int z = 1; z < splits; z++) {
@@ -51,6 +53,7 @@ __global__ void __launch_bounds__(256)
 // The same for planes whose size is not a multiple of 4 floats (M odd and N odd).
 __global__ void __launch_bounds__(256)
     splitk_sum_scalar_kernel(const float* __restrict__ P, float* __restrict__ C, int64_t plane, int splits) {
+    grid_dependency_wait();
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < plane; i += (int64_t)gridDim.x * blockDim.x) {
         float s = P[i];
         for (int z = 1; z < splits; z++) s += P[z * plane + i];
@@ -79,17 +82,21 @@ void gemm_q8_1_wgmma_splitk(const GemmProblem& p, cudaStream_t stream) {
 }
 
 // The planes' sum, four floats per thread where the plane allows (16-byte aligned: the workspace's
-// partials start on a 256-byte boundary, C is torch's).
-void splitk_sum(const float* P, float* C, int64_t plane, int splits, cudaStream_t stream) {
-    int dev = 0, sms = 0;
+// partials start on a 256-byte boundary, C is torch's). pdl: launched with programmatic dependent
+// launch (sm_90 and later; the fp16 step), its CTAs waiting inside for the GEMM's writes.
+void splitk_sum(const float* P, float* C, int64_t plane, int splits, cudaStream_t stream, bool pdl) {
+    int dev = 0, sms = 0, major = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    pdl = pdl && major >= 9;
     const int64_t items = plane % 4 == 0 ? plane / 4 : plane;
     const int blocks = (int)std::min<int64_t>((items + 255) / 256, (int64_t)sms * 8);
     if (plane % 4 == 0)
-        splitk_sum_kernel<<<blocks, 256, 0, stream>>>((const float4*)P, (float4*)C, plane / 4, splits);
+        launch_maybe_pdl(splitk_sum_kernel, dim3(blocks), dim3(256), 0, stream, pdl, (const float4*)P, (float4*)C,
+                         plane / 4, splits);
     else
-        splitk_sum_scalar_kernel<<<blocks, 256, 0, stream>>>(P, C, plane, splits);
+        launch_maybe_pdl(splitk_sum_scalar_kernel, dim3(blocks), dim3(256), 0, stream, pdl, P, C, plane, splits);
 }
 
 template void gemm_q8_1_wgmma_splitk<w_q4_0, 2>(const GemmProblem&, cudaStream_t);

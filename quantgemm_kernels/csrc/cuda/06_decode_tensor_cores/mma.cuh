@@ -111,7 +111,7 @@ inline void mma_quantize_acts_sum_q(const GemmProblem& p, cudaStream_t stream, i
 
 // C = P[0] + P[1] + ... + P[splits - 1] over planes of `plane` floats, in that order: the split-K
 // steps' second kernel (8_wgmma_splitk.cu defines it; 10_mma_splitk.cu's launches use it too).
-void splitk_sum(const float* P, float* C, int64_t plane, int splits, cudaStream_t stream);
+void splitk_sum(const float* P, float* C, int64_t plane, int splits, cudaStream_t stream, bool pdl = false);
 
 // D = A (16 x 32, rows) * B (32 x 8, columns) + c in every element of the accumulator input.
 // [excerpt: mma_s8]
