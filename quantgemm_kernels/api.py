@@ -339,7 +339,8 @@ class QTensor:
 #:     and 9.0 (no wgmma kernel), at their own crossovers (DECODE_MAX_N_MMA; Q6_K's is Q4_K's for now).
 #: On the CPU: chapter 4's SIMD kernel (f32 weights: chapter 1's blocked kernel; K-quants: chapter 8's).
 #: On Hopper, Q4_0 and Q8_0: the decode kernel to N = DECODE_MAX_N_HOPPER[wfmt] (one threshold for
-#: rows of K <= 4096, which the decode kernel packs several to a warp step, one for longer rows),
+#: rows of K <= 4096 when M leaves most SMs without a 128-row tile of the tensor-core steps, one for
+#: other rows of K <= 4096, which the decode kernel packs several to a warp step, one for longer rows),
 #: then the small-batch wgmma step (11_wgmma_small.cu: weights as the wgmma's M, tokens as its N)
 #: to N = WGMMA_SMALL_MAX_N, then the narrow wgmma step (9_wgmma_narrow.cu) to 64 and the fifth
 #: step past it. From the H100 records bench_results/nvidia-h100-80gb-hbm3/2026-11-27/ (cold, calls
@@ -386,8 +387,17 @@ CPU_GEMV_MAX_N = 2
 CPU_GEMV_MAX_K = {1: 4096, 2: 1536}
 DECODE_MAX_N_FEW_TILES = 8  # N up to which the decode kernel runs when M/128 < SMs/2
 DECODE_MAX_N = 5  # otherwise
-#: on Hopper, for the formats with the wgmma steps: (rows of K <= 4096, longer rows)
-DECODE_MAX_N_HOPPER = {"q4_0": (3, 4), "q8_0": (5, 4)}
+#: on Hopper, for the formats with the wgmma steps: (rows of K <= 4096 with M / 128 < SMs / 2, other
+#: rows of K <= 4096, longer rows). The first from bench_results/nvidia-h100-80gb-hbm3/2026-11-28/
+#: decode-sweep-003235.json (H100, cold, the decode kernel with its activations on their own barrier,
+#: the fp16 step and llama.cpp in one run): on 4096 x 4096 the decode kernel is ahead of the fp16 step
+#: to N = 4 for Q4_0 (9.94 against 10.73 us; 10.90 against 10.82 at N = 5) and to N = 6 for Q8_0
+#: (12.64 against 13.15; 14.82 against 13.14 at N = 8), while 14336 x 4096 keeps the second (Q4_0
+#: N = 4 20.77 against 19.07) and 4096 x 14336 the third (Q4_0 N = 4 19.52 against 20.38, N = 5
+#: 20.80 against 20.51; Q8_0 N = 4 26.51 against 31.09, N = 5 44.38 against 31.39). The split-K sum
+#: with PDL (f16-pdlsum-ab.txt, beside it) took 0.3 to 0.4 us more off the fp16 step on the 4096-row
+#: layers after that run, not enough to move these (Q4_0 4096 x 4096 N = 4 10.27 / 10.30).
+DECODE_MAX_N_HOPPER = {"q4_0": (4, 3, 4), "q8_0": (6, 5, 4)}
 WGMMA_SMALL_MAX_N = 32  #: on Hopper, the small-batch wgmma step from there to here
 #: On Hopper, the fp16 step (12_wgmma_f16.cu: weights dequantized to fp16, activations rounded to
 #: fp16) from this N on, per format, instead of the small step. Its numbers are not llama.cpp's
@@ -474,19 +484,22 @@ def pick_cuda_kernel(
     K: int | None = None,
     q8_1_only: bool = False,
     f16_min_n: dict | None = None,
+    decode_max_n: dict | None = None,
 ) -> Kernel:
     """:func:`pick_kernel`'s choice on a GPU of compute capability ``cc`` with ``sms`` SMs (no GPU
     needed: :func:`choice_table` prints it for any GPU). ``K`` None: taken as a short row (K <= 4096).
     ``q8_1_only``: the choice among the kernels with Q8_1 activations (llama.cpp's MMQ numbers), as
     with ``WGMMA_F16_MIN_N = None``. ``f16_min_n``: thresholds of the fp16 step to use instead of
-    ``WGMMA_F16_MIN_N`` (a record made with other ones: chapter 6)."""
+    ``WGMMA_F16_MIN_N`` (a record made with other ones: chapter 6); ``decode_max_n`` likewise for
+    ``DECODE_MAX_N_HOPPER``."""
     few_tiles = M is not None and (M + 127) // 128 < sms // 2
     small = N <= (DECODE_MAX_N_FEW_TILES if few_tiles else DECODE_MAX_N)
     if wfmt in DECODE_MAX_N_MMA:
         small = N <= DECODE_MAX_N_MMA[wfmt]
     elif cc == (9, 0) and f"cuda_{wfmt}_q8_1_wgmma_narrow" in KERNELS:
-        short_rows, long_rows = DECODE_MAX_N_HOPPER[wfmt]
-        small = N <= (long_rows if K is not None and K > 4096 else short_rows)
+        few_tiles_rows, short_rows, long_rows = (decode_max_n or DECODE_MAX_N_HOPPER)[wfmt]
+        short = few_tiles_rows if few_tiles else short_rows
+        small = N <= (long_rows if K is not None and K > 4096 else short)
     if cc >= (8, 0) and small:
         names = [f"cuda_{wfmt}_q8_1_decode"]
     elif cc == (9, 0):

@@ -164,7 +164,8 @@ def test_pick_kernel_on_the_cpu():
 
 def test_the_gpu_choice_follows_the_measured_crossovers(monkeypatch):
     """api.pick_cuda_kernel without a GPU: on Hopper the decode kernel to N = 3 (Q4_0, rows of
-    K <= 4096), 4 (longer rows) or 5 (Q8_0, rows of K <= 4096), then the fp16 step (from
+    K <= 4096), 4 (longer rows, and rows of K <= 4096 where M / 128 < SMs / 2) or 5 (Q8_0, rows of
+    K <= 4096; 6 where M / 128 < SMs / 2), then the fp16 step (from
     api.WGMMA_F16_MIN_N: 4 for Q4_0, 5 for Q8_0, so the small-batch wgmma step runs nowhere on
     Hopper); with thresholds given instead, the small step between; with WGMMA_F16_MIN_N None (Q8_1 activations
     throughout) the small step to N = 32, then the split-K wgmma kernel in its 64-token-tile form
@@ -177,20 +178,23 @@ def test_the_gpu_choice_follows_the_measured_crossovers(monkeypatch):
     pick = api.pick_cuda_kernel
     h100 = ((9, 0), 132)
     assert pick("q4_0", 1, 4096, *h100).name == "cuda_q4_0_q8_1_decode"
-    assert pick("q4_0", 3, 4096, *h100).name == "cuda_q4_0_q8_1_decode"
-    assert pick("q4_0", 4, 4096, *h100).name == "cuda_q4_0_f16_wgmma"
+    assert pick("q4_0", 4, 4096, *h100).name == "cuda_q4_0_q8_1_decode"  # 32 row tiles: few
+    assert pick("q4_0", 5, 4096, *h100).name == "cuda_q4_0_f16_wgmma"
+    assert pick("q4_0", 4, None, *h100).name == "cuda_q4_0_f16_wgmma"  # M unknown: not few tiles
     assert pick("q4_0", 3, 14336, *h100, K=4096).name == "cuda_q4_0_q8_1_decode"
     assert pick("q4_0", 4, 14336, *h100, K=4096).name == "cuda_q4_0_f16_wgmma"
     assert pick("q4_0", 4, 4096, *h100, K=14336).name == "cuda_q4_0_q8_1_decode"
     assert pick("q4_0", 5, 4096, *h100, K=14336).name == "cuda_q4_0_f16_wgmma"
     assert pick("q4_0", 16, 4096, *h100, K=14336).name == "cuda_q4_0_f16_wgmma"
-    assert pick("q4_0", 4, 4096, *h100, K=4096).name == "cuda_q4_0_f16_wgmma"
+    assert pick("q4_0", 4, 4096, *h100, K=4096).name == "cuda_q4_0_q8_1_decode"
+    assert pick("q4_0", 5, 4096, *h100, K=4096).name == "cuda_q4_0_f16_wgmma"
     assert pick("q8_0", 5, 4096, *h100, K=14336).name == "cuda_q8_0_f16_wgmma"
     assert pick("q4_0", 33, 4096, *h100, K=14336).name == "cuda_q4_0_f16_wgmma"
     assert pick("q4_0", 4096, 4096, *h100, K=14336).name == "cuda_q4_0_f16_wgmma"
     assert pick("q8_0", 512, 14336, *h100, K=4096).name == "cuda_q8_0_f16_wgmma"
-    assert pick("q8_0", 5, 4096, *h100, K=4096).name == "cuda_q8_0_q8_1_decode"
-    assert pick("q8_0", 6, 4096, *h100, K=4096).name == "cuda_q8_0_f16_wgmma"
+    assert pick("q8_0", 6, 4096, *h100, K=4096).name == "cuda_q8_0_q8_1_decode"
+    assert pick("q8_0", 7, 4096, *h100, K=4096).name == "cuda_q8_0_f16_wgmma"
+    assert pick("q8_0", 5, 14336, *h100, K=4096).name == "cuda_q8_0_q8_1_decode"
     assert pick("q4_0", 8, 4096, (8, 0), 108).name == "cuda_q4_0_q8_1_decode"
     assert pick("q4_0", 8, 14336, (8, 0), 108).name == "cuda_q4_0_q8_1_decode"
     assert pick("q4_0", 16, 4096, (8, 0), 108).name == "cuda_q4_0_q8_1_decode"  # no wgmma there
@@ -217,6 +221,9 @@ def test_the_gpu_choice_follows_the_measured_crossovers(monkeypatch):
     assert "f16_wgmma" in table and "wgmma_small" not in table and "decode" in table and "q4_1" in table
     assert pick("q4_0", 33, 4096, *h100, K=14336, q8_1_only=True).name == "cuda_q4_0_q8_1_wgmma_narrow"
     assert pick("q8_0", 16, 4096, *h100, K=14336, q8_1_only=True).name == "cuda_q8_0_q8_1_wgmma_small"
+    before = {"q4_0": (3, 3, 4), "q8_0": (5, 5, 4)}  # decode thresholds given instead of DECODE_MAX_N_HOPPER
+    assert pick("q4_0", 4, 4096, *h100, K=4096, decode_max_n=before).name == "cuda_q4_0_f16_wgmma"
+    assert pick("q8_0", 6, 4096, *h100, K=4096, decode_max_n=before).name == "cuda_q8_0_f16_wgmma"
     then = {"q4_0": 17, "q8_0": 12}  # thresholds given instead of WGMMA_F16_MIN_N
     assert pick("q4_0", 4, 14336, *h100, K=4096, f16_min_n=then).name == "cuda_q4_0_q8_1_wgmma_small"
     assert pick("q8_0", 7, 4096, *h100, K=14336, f16_min_n=then).name == "cuda_q8_0_q8_1_wgmma_small"
