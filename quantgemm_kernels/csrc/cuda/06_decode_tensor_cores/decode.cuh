@@ -53,9 +53,10 @@
 // own step and the activations are in. H100, weights cold, one machine, two builds
 // (bench_results/nvidia-h100-80gb-hbm3/2026-11-28/decode-bulkacts-ab.txt, with 2 stages for packed
 // rows): Q4_0 4096 x 4096 N = 1 7.10 -> 6.88 us, N = 2 8.58 -> 7.78, N = 4 10.64 -> 9.60; 14336 x
-// 4096 N = 3 19.07 -> 16.19; 4096 x 14336 N = 3 17.09 -> 16.51; Q8_0 2-4 %; nowhere slower. Filling
-// every ring slot before the activations as well was slower where a warp has more than one step
-// (Q8_0 4096 x 4096 N = 4 13.03 against 10.64, Q4_0 4096 x 14336 N = 5 22.55 against 20.60).
+// 4096 N = 3 19.07 -> 16.19; 4096 x 14336 N = 3 17.09 -> 16.51; Q8_0 0.2 to 4 %; elsewhere within
+// 0.3 %. Filling every ring slot before the activations as well was slower where a warp has more
+// than one step (Q8_0 4096 x 4096 N = 4 13.03 against 10.64, Q4_0 4096 x 14336 N = 5 22.55 against
+// 20.60).
 // Tried and lost: packed rows as half-units, two lanes per unit (lane j < 16 blocks 0-3 of unit j,
 // lane j + 16 blocks 4-7, from 8-byte loads), 16 units a step, so that a 4096-row layer gives 4096
 // warp steps instead of 2048, with up to 4 CTAs per SM (at most 64 registers: small spills from 2
