@@ -497,7 +497,13 @@ def pick_cuda_kernel(
     if wfmt in DECODE_MAX_N_MMA:
         small = N <= DECODE_MAX_N_MMA[wfmt]
     elif cc == (9, 0) and f"cuda_{wfmt}_q8_1_wgmma_narrow" in KERNELS:
-        few_tiles_rows, short_rows, long_rows = (decode_max_n or DECODE_MAX_N_HOPPER)[wfmt]
+        limits = (decode_max_n or DECODE_MAX_N_HOPPER).get(wfmt)
+        if not (isinstance(limits, tuple) and len(limits) == 3 and all(isinstance(n, int) for n in limits)):
+            raise ValueError(
+                f"decode thresholds for {wfmt}: expected (few-tile short rows, short rows, long rows) as three "
+                f"integers, got {limits!r}"
+            )
+        few_tiles_rows, short_rows, long_rows = limits
         short = few_tiles_rows if few_tiles else short_rows
         small = N <= (long_rows if K is not None and K > 4096 else short)
     if cc >= (8, 0) and small:

@@ -224,6 +224,10 @@ def test_the_gpu_choice_follows_the_measured_crossovers(monkeypatch):
     before = {"q4_0": (3, 3, 4), "q8_0": (5, 5, 4)}  # decode thresholds given instead of DECODE_MAX_N_HOPPER
     assert pick("q4_0", 4, 4096, *h100, K=4096, decode_max_n=before).name == "cuda_q4_0_f16_wgmma"
     assert pick("q8_0", 6, 4096, *h100, K=4096, decode_max_n=before).name == "cuda_q8_0_f16_wgmma"
+    with pytest.raises(ValueError, match="decode thresholds for q8_0"):
+        pick("q8_0", 6, 4096, *h100, K=4096, decode_max_n={"q4_0": (3, 3, 4)})  # no entry for q8_0
+    with pytest.raises(ValueError, match=r"three integers, got \(5, 4\)"):
+        pick("q8_0", 6, 4096, *h100, K=4096, decode_max_n={"q8_0": (5, 4)})  # the two-entry form of before
     then = {"q4_0": 17, "q8_0": 12}  # thresholds given instead of WGMMA_F16_MIN_N
     assert pick("q4_0", 4, 14336, *h100, K=4096, f16_min_n=then).name == "cuda_q4_0_q8_1_wgmma_small"
     assert pick("q8_0", 7, 4096, *h100, K=14336, f16_min_n=then).name == "cuda_q8_0_q8_1_wgmma_small"
