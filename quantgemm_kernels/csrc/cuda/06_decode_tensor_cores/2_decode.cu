@@ -4,8 +4,8 @@
 // What it teaches: decode.cuh's weight stream, with the activations quantized once for all CTAs,
 // by a small kernel of their own (quantize_image_kernel: llama.cpp's Q8_1 bytes,
 // quantize_q8_1_group8 in common.cuh), straight into a workspace laid out exactly as the decode
-// kernel keeps them in shared memory, so that each CTA fills its shared memory with plain 16-byte
-// cp.async copies (ImageActs). The decode kernel is launched with programmatic dependent launch
+// kernel keeps them in shared memory, so that each CTA fills its shared memory with plain copies
+// (ImageActs). The decode kernel is launched with programmatic dependent launch
 // (sm_90): it starts while the quantizer still runs, issues its first weight copies (weights do
 // not depend on the quantizer), and only then waits for the quantizer's results
 // (grid_dependency_wait), which one thread copies with two bulk copies per token, counted on an
@@ -37,7 +37,8 @@
 // (tests, memcheck, racecheck), but slower or equal at every N = 1-8 on the three Llama-3-8B shapes,
 // both formats (H100, bench_results/nvidia-h100-80gb-hbm3/2026-11-27/bulk-131045.json: Q4_0 4096 x
 // 14336 N = 1 16.1 against 15.7 us, 14336 x 4096 18.6 against 15.3): the start of the stream was not
-// what held it back. Not profiled further.
+// what held it back. Not profiled further. Its activation half, alone, with the weights on cp.async
+// as before and 8 warps per CTA, is what ImageActs does now (decode.cuh's header has that A/B).
 #include "decode.cuh"
 
 namespace gpu {
