@@ -395,8 +395,8 @@ DECODE_MAX_N = 5  # otherwise
 #: (12.64 against 13.15; 14.82 against 13.14 at N = 8), while 14336 x 4096 keeps the second (Q4_0
 #: N = 4 20.77 against 19.07) and 4096 x 14336 the third (Q4_0 N = 4 19.52 against 20.38, N = 5
 #: 20.80 against 20.51; Q8_0 N = 4 26.51 against 31.09, N = 5 44.38 against 31.39). The split-K sum
-#: with PDL (f16-pdlsum-ab.txt, beside it) took 0.3 to 0.4 us more off the fp16 step on the 4096-row
-#: layers after that run, not enough to move these (Q4_0 4096 x 4096 N = 4 10.27 / 10.30).
+#: with PDL (f16-pdlsum-ab.txt, beside it) took 0.3 to 0.5 us more off the fp16 step on 4096 x 4096
+#: at N = 4 to 8 after that run, not enough to move these (Q4_0 N = 4 10.27 / 10.30).
 DECODE_MAX_N_HOPPER = {"q4_0": (4, 3, 4), "q8_0": (6, 5, 4)}
 WGMMA_SMALL_MAX_N = 32  #: on Hopper, the small-batch wgmma step from there to here
 #: On Hopper, the fp16 step (12_wgmma_f16.cu: weights dequantized to fp16, activations rounded to
