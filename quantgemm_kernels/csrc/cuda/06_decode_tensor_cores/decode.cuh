@@ -190,9 +190,9 @@ struct Unit {  // 8 consecutive weight blocks of one row, as raw 32-bit words
 
 // Shared memory of one launch: activation quants | activation (d, s) | one staging buffer per warp |
 // the activations' mbarrier. Steps in flight per warp: 3 where shared memory allows and the rows
-// are long (Q4_0 steps, 2 <= T <= 4, not packed), else 2. One
-// token takes 2: a CTA then needs 93 KB for K = 14336 and two CTAs fit on an SM, 16 warps and 16
-// steps in flight, where 3 stages would leave room for one CTA (8 warps, 24 steps).
+// are long (Q4_0 steps, 2 <= T <= 4, not packed), else 2. One token takes 2: a CTA then needs 93 KB
+// for K = 14336 and two CTAs fit on an SM, 16 warps and 16 steps in flight, where 3 stages would
+// leave room for one CTA (8 warps, 24 steps).
 __host__ __device__ constexpr int decode_stages(int T, int unit_vecs, bool packed) {
     return T >= 2 && T <= 4 && unit_vecs <= 9 && !packed ? 3 : 2;
 }
