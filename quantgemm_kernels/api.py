@@ -398,6 +398,19 @@ DECODE_MAX_N = 5  # otherwise
 #: with PDL (f16-pdlsum-ab.txt, beside it) took 0.3 to 0.5 us more off the fp16 step on 4096 x 4096
 #: at N = 4 to 8 after that run, not enough to move these (Q4_0 N = 4 10.27 / 10.30).
 DECODE_MAX_N_HOPPER = {"q4_0": (4, 3, 4), "q8_0": (6, 5, 4)}
+#: The same thresholds for a Hopper GPU of this name (torch's device name), where measured apart: the
+#: H200 (HBM3e, 4.3 TB/s copy against the H100's 3.0) streams the fp16 step's weights faster, and its
+#: crossover comes sooner for Q8_0 on 4096 x 4096. From bench_results/nvidia-h200/2026-11-29/
+#: h200-sweep-q4_0-005951.json and h200-sweep-q8_0-010023.json (cold, the decode kernel and the fp16
+#: step with llama.cpp and cuBLAS in one run, N = 1 to 4096, the code of 78dba80): Q8_0 4096 x 4096
+#: decode 11.17 against 11.81 us at N = 5, 12.06 against 11.81 at N = 6; 14336 x 4096 19.78 against
+#: 22.37 at N = 3, 22.50 against 22.24 at N = 4 (level: the quartiles overlap; the decode kernel
+#: keeps N = 4, since the fp16 step starts at WGMMA_F16_MIN_N = 5 and the small step between was not
+#: in the run), 25.70 against 22.78 at N = 5; 4096 x 14336 22.69 against 23.62 at N = 4, 41.70 against 23.97 at N = 5 (K in two
+#: chunks there). Q4_0 as on the H100: 4096 x 4096 9.25 against 9.98 at N = 4, 10.24 against 10.02
+#: at N = 5; 14336 x 4096 16.99 against 17.89 at N = 3, 20.06 against 17.95 at N = 4; 4096 x 14336
+#: 18.59 against 18.67 at N = 4, 20.45 against 18.85 at N = 5.
+DECODE_MAX_N_BY_GPU = {"NVIDIA H200": {"q4_0": (4, 3, 4), "q8_0": (5, 4, 4)}}
 WGMMA_SMALL_MAX_N = 32  #: on Hopper, the small-batch wgmma step from there to here
 #: On Hopper, the fp16 step (12_wgmma_f16.cu: weights dequantized to fp16, activations rounded to
 #: fp16) from this N on, per format, instead of the small step. Its numbers are not llama.cpp's
@@ -449,8 +462,8 @@ def pick_kernel(device, wfmt: str, N: int, M: int | None = None, K: int | None =
         return _cpu_kernel(wfmt)
     if not any(k.wfmt == wfmt and k.device == device.type for k in KERNELS.values()):
         raise ValueError(f"no {device.type} kernel reads {wfmt} weights yet")
-    cc, sms = _gpu_info(device)
-    return pick_cuda_kernel(wfmt, N, M, cc, sms, K)
+    cc, sms, name = _gpu_info(device)
+    return pick_cuda_kernel(wfmt, N, M, cc, sms, K, gpu=name)
 
 
 @functools.lru_cache(maxsize=None)
@@ -468,11 +481,10 @@ def _cpu_kernel(wfmt: str) -> Kernel:
 
 
 @functools.lru_cache(maxsize=None)
-def _gpu_info(device: torch.device) -> tuple[tuple[int, int], int]:
-    """(compute capability, SMs) of a CUDA device: asked once per device (a model asks per layer)."""
-    return tuple(torch.cuda.get_device_capability(device)), torch.cuda.get_device_properties(
-        device
-    ).multi_processor_count
+def _gpu_info(device: torch.device) -> tuple[tuple[int, int], int, str]:
+    """(compute capability, SMs, name) of a CUDA device: asked once per device (a model asks per layer)."""
+    props = torch.cuda.get_device_properties(device)
+    return tuple(torch.cuda.get_device_capability(device)), props.multi_processor_count, props.name
 
 
 def pick_cuda_kernel(
@@ -485,19 +497,21 @@ def pick_cuda_kernel(
     q8_1_only: bool = False,
     f16_min_n: dict | None = None,
     decode_max_n: dict | None = None,
+    gpu: str | None = None,
 ) -> Kernel:
     """:func:`pick_kernel`'s choice on a GPU of compute capability ``cc`` with ``sms`` SMs (no GPU
     needed: :func:`choice_table` prints it for any GPU). ``K`` None: taken as a short row (K <= 4096).
     ``q8_1_only``: the choice among the kernels with Q8_1 activations (llama.cpp's MMQ numbers), as
     with ``WGMMA_F16_MIN_N = None``. ``f16_min_n``: thresholds of the fp16 step to use instead of
     ``WGMMA_F16_MIN_N`` (a record made with other ones: chapter 6); ``decode_max_n`` likewise for
-    ``DECODE_MAX_N_HOPPER``."""
+    ``DECODE_MAX_N_HOPPER``. ``gpu``: the device's name, whose own decode thresholds
+    (``DECODE_MAX_N_BY_GPU``) replace ``DECODE_MAX_N_HOPPER`` where it has them."""
     few_tiles = M is not None and (M + 127) // 128 < sms // 2
     small = N <= (DECODE_MAX_N_FEW_TILES if few_tiles else DECODE_MAX_N)
     if wfmt in DECODE_MAX_N_MMA:
         small = N <= DECODE_MAX_N_MMA[wfmt]
     elif cc == (9, 0) and f"cuda_{wfmt}_q8_1_wgmma_narrow" in KERNELS:
-        limits = (decode_max_n or DECODE_MAX_N_HOPPER).get(wfmt)
+        limits = (decode_max_n or DECODE_MAX_N_BY_GPU.get(gpu) or DECODE_MAX_N_HOPPER).get(wfmt)
         if not (isinstance(limits, tuple) and len(limits) == 3 and all(isinstance(n, int) for n in limits)):
             raise ValueError(
                 f"decode thresholds for {wfmt}: expected (few-tile short rows, short rows, long rows) as three "
@@ -538,19 +552,25 @@ CHOICE_NS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 2048)
 
 
 def choice_table(
-    cc: tuple[int, int], sms: int, formats=None, shapes=((4096, 4096), (14336, 4096), (4096, 14336)), ns=CHOICE_NS
+    cc: tuple[int, int],
+    sms: int,
+    formats=None,
+    shapes=((4096, 4096), (14336, 4096), (4096, 14336)),
+    ns=CHOICE_NS,
+    gpu: str | None = None,
 ) -> str:
-    """The kernel :func:`linear` picks on a GPU of compute capability ``cc`` with ``sms`` SMs, for
-    each weight format (those with CUDA kernels), layer shape (M, K) and batch size N, as a text table."""
+    """The kernel :func:`linear` picks on a GPU of compute capability ``cc`` with ``sms`` SMs (and the
+    name ``gpu``, where the choice depends on it), for each weight format (those with CUDA kernels),
+    layer shape (M, K) and batch size N, as a text table."""
     formats = formats or [f for f in F.SPECS if any(k.device == "cuda" and k.wfmt == f for k in KERNELS.values())]
-    lines = [f"kernel picked on compute capability {cc[0]}.{cc[1]}, {sms} SMs (api.pick_kernel)"]
+    lines = [f"kernel picked on {gpu + ', ' if gpu else ''}compute capability {cc[0]}.{cc[1]}, {sms} SMs (api.pick_kernel)"]
     lines.append(f"{'format':7s} {'M':>6s} {'K':>6s}  " + " ".join(f"{'N=' + str(n):>12s}" for n in ns))
     for wfmt in formats:
         for M, K in shapes:
             cells = []
             for n in ns:
                 try:
-                    name = pick_cuda_kernel(wfmt, n, M, cc, sms, K).name
+                    name = pick_cuda_kernel(wfmt, n, M, cc, sms, K, gpu=gpu).name
                     cells.append(name.replace(f"cuda_{wfmt}_q8_1_", "").replace(f"cuda_{wfmt}_", ""))
                 except ValueError:
                     cells.append("-")

@@ -836,10 +836,10 @@ def table(rows: list[dict], wfmt: str, M: int, K: int) -> str:
     return "\n".join(lines)
 
 
-def choice_report(rows: list[dict], cc, sms: int, regime: str = "cold") -> str:
-    """What ``api.linear`` would run for each measured shape and N on this GPU (``api.pick_kernel``),
-    next to the fastest of our kernels measured and llama.cpp, from ``rows`` of one run: a pick
-    slower than the best of ours shows a threshold to move."""
+def choice_report(rows: list[dict], cc, sms: int, regime: str = "cold", gpu: str | None = None) -> str:
+    """What ``api.linear`` would run for each measured shape and N on this GPU (``api.pick_kernel``;
+    ``gpu`` its name), next to the fastest of our kernels measured and llama.cpp, from ``rows`` of
+    one run: a pick slower than the best of ours shows a threshold to move."""
     from .api import pick_cuda_kernel
 
     cc = tuple(cc)
@@ -860,7 +860,7 @@ def choice_report(rows: list[dict], cc, sms: int, regime: str = "cold") -> str:
         if not ours:
             continue
         try:
-            pick = pick_cuda_kernel(wfmt, N, M, cc, sms, K).name
+            pick = pick_cuda_kernel(wfmt, N, M, cc, sms, K, gpu=gpu).name
         except ValueError:
             continue
         best = min(ours, key=ours.get)
@@ -1027,7 +1027,7 @@ def main(argv=None) -> int:
     for wfmt in formats:
         for M, K in shapes:
             print(table(rows, wfmt, M, K))
-    print(choice_report(rows, gpu["capability"], gpu["sms"]))
+    print(choice_report(rows, gpu["capability"], gpu["sms"], gpu=gpu["name"]))
     print(f"wrote {path}")
     return 0
 
