@@ -563,7 +563,9 @@ def choice_table(
     name ``gpu``, where the choice depends on it), for each weight format (those with CUDA kernels),
     layer shape (M, K) and batch size N, as a text table."""
     formats = formats or [f for f in F.SPECS if any(k.device == "cuda" and k.wfmt == f for k in KERNELS.values())]
-    lines = [f"kernel picked on {gpu + ', ' if gpu else ''}compute capability {cc[0]}.{cc[1]}, {sms} SMs (api.pick_kernel)"]
+    lines = [
+        f"kernel picked on {gpu + ', ' if gpu else ''}compute capability {cc[0]}.{cc[1]}, {sms} SMs (api.pick_kernel)"
+    ]
     lines.append(f"{'format':7s} {'M':>6s} {'K':>6s}  " + " ".join(f"{'N=' + str(n):>12s}" for n in ns))
     for wfmt in formats:
         for M, K in shapes:

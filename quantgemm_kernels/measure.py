@@ -844,7 +844,7 @@ def choice_report(rows: list[dict], cc, sms: int, regime: str = "cold", gpu: str
 
     cc = tuple(cc)
     lines = [
-        f"api.pick_kernel on compute capability {cc[0]}.{cc[1]}, {sms} SMs ({regime}): median us",
+        f"api.pick_kernel on {gpu + ', ' if gpu else ''}compute capability {cc[0]}.{cc[1]}, {sms} SMs ({regime}): median us",
         f"{'format':7s} {'M':>6s} {'K':>6s} {'N':>5s}  {'picked':<24s} {'us':>8s}  {'best of ours':<24s} "
         f"{'us':>8s} {'llama.cpp':>9s} {'x llama':>7s}",
     ]

@@ -241,7 +241,9 @@ def test_the_gpu_choice_follows_the_measured_crossovers(monkeypatch):
     assert pick("q4_0", 4, 4096, *h100, K=4096, **h200).name == "cuda_q4_0_q8_1_decode"
     assert pick("q4_0", 4, 14336, *h100, K=4096, **h200).name == "cuda_q4_0_f16_wgmma"
     # thresholds given explicitly win over the device's own
-    assert pick("q8_0", 6, 4096, *h100, K=4096, decode_max_n={"q8_0": (6, 5, 4)}, **h200).name == "cuda_q8_0_q8_1_decode"
+    assert (
+        pick("q8_0", 6, 4096, *h100, K=4096, decode_max_n={"q8_0": (6, 5, 4)}, **h200).name == "cuda_q8_0_q8_1_decode"
+    )
     t200 = api.choice_table((9, 0), 132, formats=["q8_0"], ns=(4, 5, 6), gpu="NVIDIA H200").splitlines()
     assert t200[0].startswith("kernel picked on NVIDIA H200, compute capability 9.0")
     assert t200[2].split()[3:] == ["decode", "decode", "f16_wgmma"]  # 4096 x 4096
