@@ -42,10 +42,18 @@
 // row groups (M, or M / 4 rounded up), one launch per pass of T tokens and K chunk.
 // Measured: with each lane loading its own unit, the profiler showed the L1 busy while HBM idled
 // at a third of its bandwidth (hence the staging). Ring depth: 3 steps per warp for Q4_0's long
-// rows at 2 to 4 tokens, 2 otherwise (Q8_0's steps are twice as large, more tokens need the shared
+// rows at 3 and 4 tokens, 2 otherwise (Q8_0's steps are twice as large, more tokens need the shared
 // memory for their activations, and at one token 2 steps let 2 CTAs share an SM: 16 warps and 16
 // steps in flight instead of 8 warps and 24, which measured faster; packed short rows give a warp
-// one or a few steps, so there too 2 CTAs of 2 steps beat 1 CTA of 3).
+// one or a few steps, so there too 2 CTAs of 2 steps beat 1 CTA of 3). At 2 tokens the long rows
+// took 3 steps until an H200 measured 2 (2 CTAs per SM, as at one token) faster: Q4_0 4096 x 14336
+// N = 2 14.50 / 14.53 -> 13.38 / 13.39 us, N = 10 (a pass of 8, then one of 2) 41.01 / 40.96 ->
+// 39.76 / 39.86, other N within 0.3 % (one machine, builds run in turn, weights cold; bench_results/
+// nvidia-h200/2026-11-29/decode-stages-ab.txt). The H100 did not run that comparison; there a second
+// token cost 0.2 us with 3 steps (decode-sweep-003235.json), against 2.1 on the H200.
+// Tried and lost in the same run: 4 steps at 3 and 4 tokens (one CTA of 219 KB at K = 14336, 32
+// steps of the SM in flight instead of 24): N = 3 15.79 / 15.81 -> 16.61 / 16.61 us, N = 4 18.27 /
+// 18.30 -> 19.33 / 19.33. More weight bytes in flight did not pay here either.
 // The activations' own barrier (sm_90): the CTA's activation copies were one more cp.async group,
 // and since a thread's groups complete in order, waiting for them (then __syncthreads) was waiting
 // for every weight step the CTA had issued: each warp started when the CTA's slowest first step
@@ -189,12 +197,12 @@ struct Unit {  // 8 consecutive weight blocks of one row, as raw 32-bit words
 };
 
 // Shared memory of one launch: activation quants | activation (d, s) | one staging buffer per warp |
-// the activations' mbarrier. Steps in flight per warp: 3 where shared memory allows and the rows
-// are long (Q4_0 steps, 2 <= T <= 4, not packed), else 2. One token takes 2: a CTA then needs 93 KB
-// for K = 14336 and two CTAs fit on an SM, 16 warps and 16 steps in flight, where 3 stages would
-// leave room for one CTA (8 warps, 24 steps).
+// the activations' mbarrier. Steps in flight per warp: 3 where the rows are long (Q4_0 steps,
+// 3 <= T <= 4, not packed), else 2. One and two tokens take 2: a CTA then needs 93 or 112 KB for
+// K = 14336 and two CTAs fit on an SM, 16 warps and 16 steps in flight, where 3 stages would leave
+// room for one CTA (8 warps, 24 steps). At K = 14336, from 3 tokens two CTAs no longer fit.
 __host__ __device__ constexpr int decode_stages(int T, int unit_vecs, bool packed) {
-    return T >= 2 && T <= 4 && unit_vecs <= 9 && !packed ? 3 : 2;
+    return T >= 3 && T <= 4 && unit_vecs <= 9 && !packed ? 3 : 2;
 }
 
 // Rows per warp step where rows are long (not packed): 4 for Q4_0 at 3 to 8 tokens, else 1 (see
