@@ -19,8 +19,7 @@ namespace gpu {
 namespace {
 // The activations of a launch: T tokens' float32 rows, quantized by every CTA into its shared memory.
 struct FusedActs {
-    static constexpr bool PDL = false;            // one kernel: nothing runs before it
-    static constexpr bool GLOBAL_PACKED = false;  // no image: always quantized into shared memory
+    static constexpr bool PDL = false;  // one kernel: nothing runs before it
     template <int T>
     __device__ __forceinline__ static void stage(const ActSource& src, const ActSmem& act, int K, int kb0, int nb,
                                                  int nu, uint64_t*) {

@@ -80,8 +80,7 @@ __global__ void quantize_image_kernel(const float* __restrict__ A, int4* __restr
 
 // The activations of a launch: the quantizer's image, copied into shared memory.
 struct ImageActs {
-    static constexpr bool PDL = true;            // the decode kernel may start while the quantizer finishes
-    static constexpr bool GLOBAL_PACKED = true;  // packed rows read the image in place (decode.cuh)
+    static constexpr bool PDL = true;  // the decode kernel may start while the quantizer finishes
     template <int T>
     __device__ __forceinline__ static void stage(const ActSource& src, const ActSmem& act, int K, int kb0, int nb,
                                                  int nu, uint64_t* bar) {

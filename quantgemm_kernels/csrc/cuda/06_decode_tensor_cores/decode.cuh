@@ -251,14 +251,9 @@ __global__ void __launch_bounds__(DEC_THREADS, sizeof(typename WF::block) < 32 ?
     constexpr int STAGES = decode_stages(T, VECS, PACKED);
     extern __shared__ int4 smem[];
     const int nu = (nb + UNIT - 1) / UNIT;
-    // Packed rows with Acts::GLOBAL_PACKED: the activations are read where the quantizer wrote them
-    // (its image has the layout of shared memory, and a packed launch covers whole rows), through
-    // L1, instead of being copied into shared memory first.
-    constexpr bool act_global = PACKED && Acts::GLOBAL_PACKED;
-    const DecodeSmem lay(act_global ? 0 : T, nu, VECS, STAGES);
+    const DecodeSmem lay(T, nu, VECS, STAGES);
     char* base = (char*)smem;
-    const ActSmem act = act_global ? ActSmem{(int4*)src.qs, (float2*)src.ds, nu}
-                                   : ActSmem{(int4*)(base + lay.act_qs), (float2*)(base + lay.act_ds), nu};
+    const ActSmem act{(int4*)(base + lay.act_qs), (float2*)(base + lay.act_ds), nu};
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     uint4* ring = (uint4*)(base + lay.stage) + warp * STAGES * STEP_VECS;  // this warp's STAGES steps
     const int warps_total = gridDim.x * DEC_WARPS;
@@ -321,10 +316,7 @@ __global__ void __launch_bounds__(DEC_THREADS, sizeof(typename WF::block) < 32 ?
     if (threadIdx.x == 0) bar_init(act_bar, 1), bar_init_fence();
     __syncthreads();
 #endif
-    if constexpr (act_global)
-        grid_dependency_wait();  // the quantizer's image is complete and visible
-    else
-        Acts::template stage<T>(src, act, K, kb0, nb, nu, act_bar);  // the activations: the step's own part
+    Acts::template stage<T>(src, act, K, kb0, nb, nu, act_bar);  // the activations: the step's own part
     __syncthreads();
     // [end excerpt: pipeline]
 
@@ -413,9 +405,7 @@ void launch_pass(const ActSource& src, const typename WF::block* W, float* C, in
                  int nb, bool accumulate, cudaStream_t stream) {
     const int nu = (nb + UNIT - 1) / UNIT;
     const bool packed = nb_total % UNIT == 0 && kb0 % UNIT == 0 && nb == nb_total && nu < 32 && 32 % nu == 0;
-    const size_t smem =
-        DecodeSmem(packed && Acts::GLOBAL_PACKED ? 0 : T, nu, Unit<WF>::VECS, decode_stages(T, Unit<WF>::VECS, packed))
-            .total;
+    const size_t smem = DecodeSmem(T, nu, Unit<WF>::VECS, decode_stages(T, Unit<WF>::VECS, packed)).total;
     // Long Q4_0 rows at 3 tokens or more: 4 rows per warp step (decode_rows_per_step).
     constexpr int RG = decode_rows_per_step<WF>(T);
     const int rg = packed ? 1 : RG;
