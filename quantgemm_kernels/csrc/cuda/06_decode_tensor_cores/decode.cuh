@@ -73,6 +73,14 @@
 // Q8_0 14336 x 4096 N = 8 39.9 / 40.0 against 35.7) and no faster at one token (4096 x 4096 6.75
 // to 7.3 in each build): twice the CTAs also copy the activations twice as often
 // (bench_results/nvidia-h100-80gb-hbm3/2026-11-28/decode-halfunits-ab.txt).
+// Tried and lost: packed rows reading the activations in place, from the quantizer's image in L2
+// through L1 (the image has shared memory's layout, and a packed launch covers whole rows), as
+// MMVQ reads them, instead of the bulk copies and their barrier; the shared memory left is then the
+// ring alone. Correct (decode tests, memcheck, racecheck on an H200) but slower at every cell, 10 to
+// 40 %: Q4_0 4096 x 4096 N = 2 7.07 / 7.12 -> 8.61 / 8.61 us, 1024 x 4096 N = 1 4.00 / 3.97 -> 4.64
+// / 4.64, Q8_0 4096 x 4096 N = 4 9.70 / 9.76 -> 12.96 / 12.96 (bench_results/nvidia-h200/2026-11-29/
+// decode-globalacts-ab.txt). ptxas gives the packed kernels 122 to 255 registers (72 to 216
+// before), with spills from 2 tokens: it hoists the global loads of a unit's 8 blocks and T tokens.
 // Packed short rows (H100, weights cold, calls replayed from a CUDA graph; bench_results/
 // nvidia-h100-80gb-hbm3/2026-11-27/crossover-064418.json before, packed-065600.json after): Q4_0
 // 14336 x 4096 at N = 4: 32.0 -> 24.4 us, N = 5: 33.7 -> 25.0; 4096 x 4096 at N = 5: 13.2 -> 11.2;
