@@ -434,7 +434,8 @@ WGMMA_SMALL_MAX_N = 32  #: on Hopper, the small-batch wgmma step from there to h
 #: below (DECODE_MAX_N_HOPPER), so on Hopper the small step now runs only with WGMMA_F16_MIN_N None.
 #: Before the change of the fp16 step's loop the H200 sweep bench_results/nvidia-h200/2026-11-27/f16-sweep-103141.json had the small
 #: step ahead at N = 5 to 16 (Q4_0 4096 x 14336 N = 8: 21.2 against 23.2): those thresholds (17
-#: and 12) are what its tables in chapter 6 show; the H200 has not been measured since.
+#: and 12) are what its tables in chapter 6 show. The H200 sweeps of bench_results/nvidia-h200/2026-11-29/
+#: have the decode kernel and the fp16 step only (no small step): they set DECODE_MAX_N_BY_GPU, not these.
 WGMMA_F16_MIN_N: dict | None = {"q4_0": 4, "q8_0": 5}
 #: The formats whose tensor-core kernel is the mma.sync step (Q4_1, Q4_K, Q6_K: no wgmma kernel), in
 #: its split-K launch (10_mma_splitk.cu): the decode kernel to N = 8 (Q4_1) or 16 (Q4_K, Q6_K). From
