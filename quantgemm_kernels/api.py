@@ -398,18 +398,18 @@ DECODE_MAX_N = 5  # otherwise
 #: with PDL (f16-pdlsum-ab.txt, beside it) took 0.3 to 0.5 us more off the fp16 step on 4096 x 4096
 #: at N = 4 to 8 after that run, not enough to move these (Q4_0 N = 4 10.27 / 10.30).
 DECODE_MAX_N_HOPPER = {"q4_0": (4, 3, 4), "q8_0": (6, 5, 4)}
-#: The same thresholds for a Hopper GPU of this name (torch's device name), where measured apart: the
-#: H200 (HBM3e, 4.3 TB/s copy against the H100's 3.0) streams the fp16 step's weights faster, and its
-#: crossover comes sooner for Q8_0 on 4096 x 4096. From bench_results/nvidia-h200/2026-11-29/
+#: The same thresholds for a Hopper GPU of this name (torch's device name), where measured apart: on
+#: the H200 (HBM3e, 4.3 TB/s copy against the H100's 3.0) the fp16 step overtakes the decode kernel a
+#: token sooner for Q8_0's rows of 4096. From bench_results/nvidia-h200/2026-11-29/
 #: h200-sweep-q4_0-005951.json and h200-sweep-q8_0-010023.json (cold, the decode kernel and the fp16
 #: step with llama.cpp and cuBLAS in one run, N = 1 to 4096, the code of 78dba80): Q8_0 4096 x 4096
 #: decode 11.17 against 11.81 us at N = 5, 12.06 against 11.81 at N = 6; 14336 x 4096 19.78 against
 #: 22.37 at N = 3, 22.50 against 22.24 at N = 4 (level: the quartiles overlap; the decode kernel
 #: keeps N = 4, since the fp16 step starts at WGMMA_F16_MIN_N = 5 and the small step between was not
-#: in the run), 25.70 against 22.78 at N = 5; 4096 x 14336 22.69 against 23.62 at N = 4, 41.70 against 23.97 at N = 5 (K in two
-#: chunks there). Q4_0 as on the H100: 4096 x 4096 9.25 against 9.98 at N = 4, 10.24 against 10.02
-#: at N = 5; 14336 x 4096 16.99 against 17.89 at N = 3, 20.06 against 17.95 at N = 4; 4096 x 14336
-#: 18.59 against 18.67 at N = 4, 20.45 against 18.85 at N = 5.
+#: in the run), 25.70 against 22.78 at N = 5; 4096 x 14336 22.69 against 23.62 at N = 4, 41.70
+#: against 23.97 at N = 5 (K in two chunks there). Q4_0 as on the H100: 4096 x 4096 9.25 against
+#: 9.98 at N = 4, 10.24 against 10.02 at N = 5; 14336 x 4096 16.99 against 17.89 at N = 3, 20.06
+#: against 17.95 at N = 4; 4096 x 14336 18.59 against 18.67 at N = 4, 20.45 against 18.85 at N = 5.
 DECODE_MAX_N_BY_GPU = {"NVIDIA H200": {"q4_0": (4, 3, 4), "q8_0": (5, 4, 4)}}
 WGMMA_SMALL_MAX_N = 32  #: on Hopper, the small-batch wgmma step from there to here
 #: On Hopper, the fp16 step (12_wgmma_f16.cu: weights dequantized to fp16, activations rounded to

@@ -766,6 +766,27 @@ def side_rows(rows: list[dict], side: str, wfmt: str, M: int, K: int, regime: st
     }
 
 
+def run_to_run(
+    newer: list[dict], older: list[dict], sources=("ours", "llama.cpp", "cuBLAS")
+) -> dict[str, tuple[int, float, float, float]]:
+    """How much two runs of the same sides differ: per source, over the cells both runs measured
+    (side, format, shape, N, regime; rows with status ok), the newer median over the older, as
+    (cells, 5th percentile, median, 95th percentile); sources with no common cell are left out."""
+    key = lambda r: (r["side"], r["wfmt"], r["M"], r["K"], r["N"], r["regime"])  # noqa: E731
+    old = {key(r): r for r in older if r["status"] == "ok"}
+    out = {}
+    for source in sources:
+        ratios = [
+            r["median_us"] / old[key(r)]["median_us"]
+            for r in newer
+            if r["status"] == "ok" and r["source"] == source and key(r) in old
+        ]
+        if ratios:
+            q = np.percentile(ratios, [5, 50, 95])
+            out[source] = (len(ratios), float(q[0]), float(q[1]), float(q[2]))
+    return out
+
+
 def as_bench_rows(rows: list[dict], regime: str = "cold") -> list[dict]:
     """The rows of one regime in the shape of ``bench``'s results (``kernel``, ``median_ms``,
     ``gflops``, ...), for the chapter-5 tables and plots: llama.cpp's rows are named

@@ -161,6 +161,31 @@ def test_ratios_ceilings_best_and_record_round_trip(tmp_path):
         ms.load_record(tmp_path / "gpu" / "none")
 
 
+def test_run_to_run_compares_the_cells_both_runs_measured():
+    """measure.run_to_run: per source, newer median / older median over the cells both runs have
+    (rows with an error and cells one run lacks left out), as (cells, p5, median, p95)."""
+    older = [
+        _row("cuda_q4_0_q8_1_decode", "ours", 1, "cold", 10.0),
+        _row("cuda_q4_0_q8_1_decode", "ours", 2, "cold", 20.0),
+        _row("cuda_q4_0_q8_1_decode", "ours", 4, "cold", 40.0),
+        _row("llama.cpp", "llama.cpp", 1, "cold", 16.0),
+        _row("llama.cpp", "llama.cpp", 1, "warm", 10.0, status="error", reason="x"),
+    ]
+    newer = [
+        _row("cuda_q4_0_q8_1_decode", "ours", 1, "cold", 11.0),
+        _row("cuda_q4_0_q8_1_decode", "ours", 2, "cold", 20.0),
+        _row("cuda_q4_0_q8_1_decode", "ours", 4, "cold", 30.0, status="error", reason="x"),
+        _row("cuda_q4_0_q8_1_decode", "ours", 8, "cold", 80.0),  # not in the older run
+        _row("llama.cpp", "llama.cpp", 1, "cold", 12.0),
+        _row("llama.cpp", "llama.cpp", 1, "warm", 10.0),  # the older row is an error
+    ]
+    got = ms.run_to_run(newer, older)
+    assert set(got) == {"ours", "llama.cpp"}, "cuBLAS has no common cell"
+    n, p5, med, p95 = got["ours"]
+    assert n == 2 and math.isclose(med, 1.05) and 1.0 <= p5 < med < p95 <= 1.1
+    assert got["llama.cpp"][0] == 1 and math.isclose(got["llama.cpp"][2], 0.75)
+
+
 def test_fp16_activation_rows_get_ratios_but_are_not_the_best_of_ours():
     """measure --fp16-a adds the fp16 step on fp16 activations as source "ours (fp16 A)": its ratios
     to llama.cpp and cuBLAS fp16 are derived like any row's, but "best of ours" (the tables, the
