@@ -54,6 +54,15 @@
 // Tried and lost in the same run: 4 steps at 3 and 4 tokens (one CTA of 219 KB at K = 14336, 32
 // steps of the SM in flight instead of 24): N = 3 15.79 / 15.81 -> 16.61 / 16.61 us, N = 4 18.27 /
 // 18.30 -> 19.33 / 19.33. More weight bytes in flight did not pay here either.
+// The ring on a 128-byte boundary (DecodeSmem): it used to start right after the activations, at
+// K = 14336 and an odd number of tokens 64 bytes past a boundary, so that every 512-byte copy of a
+// warp straddled five lines of shared memory instead of four. Nsight Compute had shown Q8_0 4096 x
+// 14336 at one token making 1.8x as many L2 tag requests as at two tokens for the same DRAM bytes
+// (ncu-decode-q8_0-4096x14336-n1.txt and -n2.txt), and one token slower than two. Aligned (H200,
+// one machine, two builds run new / old / new / old, weights cold; bench_results/nvidia-h200/
+// 2026-11-29/decode-align-ab.txt): Q8_0 4096 x 14336 N = 1 21.22 / 21.54 -> 17.82 / 17.76 us, N = 3
+// 20.59 / 20.99 -> 19.26 / 19.20, N = 5 41.95 / 42.11 -> 39.20 / 39.01; Q4_0 N = 1 12.90 / 12.91 ->
+// 12.26 / 12.35; even token counts and K = 4096 (already aligned) unchanged.
 // The activations' own barrier (sm_90): the CTA's activation copies were one more cp.async group,
 // and since a thread's groups complete in order, waiting for them (then __syncthreads) was waiting
 // for every weight step the CTA had issued: each warp started when the CTA's slowest first step
@@ -225,12 +234,17 @@ __host__ __device__ constexpr int decode_rows_per_step(int T) {
     return std::is_same<WF, w_q4_0>::value && T >= 3 ? 4 : 1;
 }
 
+// The weight ring starts on a 128-byte boundary (DECODE_RING_ALIGN): a warp's cp.async of 512
+// consecutive bytes then fills four whole 128-byte lines of shared memory, as its source is four
+// whole lines of global memory. (The activations before it end wherever T, nu and the pads put
+// them: at K = 14336 and an odd number of tokens, 64 bytes past a boundary.)
+constexpr int DECODE_RING_ALIGN = 128;
 struct DecodeSmem {
-    size_t act_qs, act_ds, stage, bar, total;  // byte offsets, 16-byte aligned
+    size_t act_qs, act_ds, stage, bar, total;  // byte offsets, 16-byte aligned (stage: 128)
     __host__ __device__ DecodeSmem(int T, int nu, int unit_vecs, int stages) {
         act_qs = 0;
         act_ds = act_qs + (size_t)T * nu * A_UNIT_VECS * 16;
-        stage = act_ds + (size_t)T * ds_pitch(nu) * 8;
+        stage = (act_ds + (size_t)T * ds_pitch(nu) * 8 + DECODE_RING_ALIGN - 1) / DECODE_RING_ALIGN * DECODE_RING_ALIGN;
         bar = stage + (size_t)DEC_WARPS * stages * 32 * unit_vecs * 16;  // the activations' mbarrier (sm_90)
         total = bar + 16;
     }
@@ -257,7 +271,7 @@ __global__ void __launch_bounds__(DEC_THREADS, sizeof(typename WF::block) < 32 ?
     constexpr int VECS = Unit<WF>::VECS;  // 16-byte vectors per unit: 9 (Q4_0), 17 (Q8_0)
     constexpr int STEP_VECS = 32 * VECS;  // one step: 32 units, one per lane
     constexpr int STAGES = decode_stages(T, VECS, PACKED);
-    extern __shared__ int4 smem[];
+    extern __shared__ __align__(128) int4 smem[];
     const int nu = (nb + UNIT - 1) / UNIT;
     const DecodeSmem lay(T, nu, VECS, STAGES);
     char* base = (char*)smem;
@@ -465,7 +479,7 @@ void gemm_q8_1_decode(const GemmProblem& p, cudaStream_t stream) {
     auto chunk_for = [&](int T) {
         const int budget = device_info().smem_optin -
                            (int)DecodeSmem(0, 0, Unit<WF>::VECS, decode_stages(T, Unit<WF>::VECS, false)).total - 16 -
-                           8 * T;
+                           8 * T - DECODE_RING_ALIGN;  // ds_pitch's rounding, the ring's alignment
         const int chunk_units = std::max(2, budget / (T * SMEM_PER_TOKEN_UNIT) / 2 * 2);
         return std::min(nb_total, chunk_units * UNIT);
     };
