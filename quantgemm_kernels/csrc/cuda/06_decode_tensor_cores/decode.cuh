@@ -25,8 +25,8 @@
 //    instructions of 512 consecutive bytes straight into its own ring of shared-memory buffers,
 //    and each lane then takes its unit from there. Two or three steps per warp are in flight
 //    while it computes on the oldest.
-//  * Warp w of the grid owns rows w, w + (all warps), ... (Q4_0 at 3 tokens or more: groups of 4
-//    rows, 8 lanes per row, decode_rows_per_step); weights unpacked once per block and
+//  * Warp w of the grid owns rows w, w + (all warps), ... (Q4_0 and Q8_0 at 3 tokens or more:
+//    groups of 4 rows, 8 lanes per row, decode_rows_per_step); weights unpacked once per block and
 //    reused for every token; a butterfly shuffle per row sums the 32 lanes (fixed order:
 //    deterministic); a grid of at most 2 CTAs per SM, so the activations are staged a few
 //    hundred times rather than once per row.
@@ -222,16 +222,21 @@ __host__ __device__ constexpr int decode_stages(int T, int unit_vecs, bool packe
     return T >= 3 && T <= 4 && unit_vecs <= 9 && !packed ? 3 : 2;
 }
 
-// Rows per warp step where rows are long (not packed): 4 for Q4_0 at 3 to 8 tokens, else 1 (see
-// decode_kernel). Measured (H100, weights cold, graph-replayed calls; bench_results/
+// Rows per warp step where rows are long (not packed): 4 for Q4_0 and Q8_0 at 3 to 8 tokens, else 1
+// (see decode_kernel). Measured (H100, weights cold, graph-replayed calls; bench_results/
 // nvidia-h100-80gb-hbm3/2026-11-27/decode-rows-tl.txt), Q4_0 4096 x 14336: N = 3 18.0 -> 17.1 us,
 // N = 4 21.5 -> 20.0, N = 8 32.7 -> 29.2; at one token 4 rows per step was slower (15.3 -> 16.7:
-// half as many warps have a row group of their own), and Q8_0 (twice the weight bytes per
-// activation byte) was 3 to 6 % slower at every N = 1-4, as was 2 rows per step at one token; at
-// 2 tokens 4 rows per step measured within 1 % (15.0 against 15.1).
+// half as many warps have a row group of their own), as was 2 rows per step at one token; at
+// 2 tokens 4 rows per step measured within 1 % (15.0 against 15.1). Q8_0 (twice the weight bytes
+// per activation byte) measured 3 to 6 % slower with 4 rows at every N = 1-4 on that H100, in an
+// older build (activations on cp.async, the ring off a 128-byte boundary at odd N); the kernel of
+// today on an H200 (one machine, builds run in turn; bench_results/nvidia-h200/2026-11-29/
+// decode-rows-q8-ab.txt), Q8_0 4096 x 14336: N = 4 22.40 / 22.32 -> 20.03 / 20.19 us, N = 6 47.12 /
+// 47.39 -> 34.34 / 34.26, N = 8 44.08 / 44.16 -> 35.65 / 35.62, N = 3 level (19.20 / 19.18 against
+// 19.22 / 19.17). So Q8_0 takes 4 rows from 3 tokens too; the H100 has not measured this build.
 template <class WF>
 __host__ __device__ constexpr int decode_rows_per_step(int T) {
-    return std::is_same<WF, w_q4_0>::value && T >= 3 ? 4 : 1;
+    return (std::is_same<WF, w_q4_0>::value || std::is_same<WF, w_q8_0>::value) && T >= 3 ? 4 : 1;
 }
 
 // The weight ring starts on a 128-byte boundary (DECODE_RING_ALIGN): a warp's cp.async of 512
@@ -428,7 +433,7 @@ void launch_pass(const ActSource& src, const typename WF::block* W, float* C, in
     const int nu = (nb + UNIT - 1) / UNIT;
     const bool packed = nb_total % UNIT == 0 && kb0 % UNIT == 0 && nb == nb_total && nu < 32 && 32 % nu == 0;
     const size_t smem = DecodeSmem(T, nu, Unit<WF>::VECS, decode_stages(T, Unit<WF>::VECS, packed)).total;
-    // Long Q4_0 rows at 3 tokens or more: 4 rows per warp step (decode_rows_per_step).
+    // Long Q4_0 and Q8_0 rows at 3 tokens or more: 4 rows per warp step (decode_rows_per_step).
     constexpr int RG = decode_rows_per_step<WF>(T);
     const int rg = packed ? 1 : RG;
     auto kernel = packed ? decode_kernel<WF, T, Acts, true, 1> : decode_kernel<WF, T, Acts, false, RG>;
