@@ -234,6 +234,7 @@ __host__ __device__ constexpr int decode_stages(int T, int unit_vecs, bool packe
 // decode-rows-q8-ab.txt), Q8_0 4096 x 14336: N = 4 22.40 / 22.32 -> 20.03 / 20.19 us, N = 6 47.12 /
 // 47.39 -> 34.34 / 34.26, N = 8 44.08 / 44.16 -> 35.65 / 35.62, N = 3 level (19.20 / 19.18 against
 // 19.22 / 19.17). So Q8_0 takes 4 rows from 3 tokens too; the H100 has not measured this build.
+// From 2 tokens it was slower there (N = 2 18.35 / 18.37 -> 19.06 / 19.04 us, same record).
 template <class WF>
 __host__ __device__ constexpr int decode_rows_per_step(int T) {
     return (std::is_same<WF, w_q4_0>::value || std::is_same<WF, w_q8_0>::value) && T >= 3 ? 4 : 1;
