@@ -410,7 +410,11 @@ DECODE_MAX_N_HOPPER = {"q4_0": (4, 3, 4), "q8_0": (6, 5, 4)}
 #: against 23.97 at N = 5 (K in two chunks there). Q4_0 as on the H100: 4096 x 4096 9.25 against
 #: 9.98 at N = 4, 10.24 against 10.02 at N = 5; 14336 x 4096 16.99 against 17.89 at N = 3, 20.06
 #: against 17.95 at N = 4; 4096 x 14336 18.59 against 18.67 at N = 4, 20.45 against 18.85 at N = 5.
-DECODE_MAX_N_BY_GPU = {"NVIDIA H200": {"q4_0": (4, 3, 4), "q8_0": (5, 4, 4)}}
+#: Then the decode kernel took four rows a step for Q8_0's rows of 4096 from 4 tokens (decode.cuh's
+#: launch_pass), and Q8_0's first threshold went back to 6: in h200-sweep-035342.json (beside those,
+#: the build that also took them at 3 tokens and for Q4_0; the same code at these cells) 4096 x 4096
+#: decode 10.72 against 11.93 us at N = 6, 12.06 against 11.84 at N = 8.
+DECODE_MAX_N_BY_GPU = {"NVIDIA H200": {"q4_0": (4, 3, 4), "q8_0": (6, 4, 4)}}
 WGMMA_SMALL_MAX_N = 32  #: on Hopper, the small-batch wgmma step from there to here
 #: On Hopper, the fp16 step (12_wgmma_f16.cu: weights dequantized to fp16, activations rounded to
 #: fp16) from this N on, per format, instead of the small step. Its numbers are not llama.cpp's

@@ -229,10 +229,11 @@ def test_the_gpu_choice_follows_the_measured_crossovers(monkeypatch):
     with pytest.raises(ValueError, match=r"three integers, got \(5, 4\)"):
         pick("q8_0", 6, 4096, *h100, K=4096, decode_max_n={"q8_0": (5, 4)})  # the two-entry form of before
     # The H200's own thresholds (api.DECODE_MAX_N_BY_GPU): Q8_0's rows of 4096 leave the decode kernel
-    # sooner there (5 on 4096 x 4096, 4 on 14336 x 4096); another name, or none, gets the H100's.
+    # sooner there on 14336 x 4096 (at 5 tokens, not 6), as late on 4096 x 4096 (after 6); another name,
+    # or none, gets the H100's.
     h200 = dict(gpu="NVIDIA H200")
-    assert pick("q8_0", 5, 4096, *h100, K=4096, **h200).name == "cuda_q8_0_q8_1_decode"
-    assert pick("q8_0", 6, 4096, *h100, K=4096, **h200).name == "cuda_q8_0_f16_wgmma"
+    assert pick("q8_0", 6, 4096, *h100, K=4096, **h200).name == "cuda_q8_0_q8_1_decode"
+    assert pick("q8_0", 7, 4096, *h100, K=4096, **h200).name == "cuda_q8_0_f16_wgmma"
     assert pick("q8_0", 4, 14336, *h100, K=4096, **h200).name == "cuda_q8_0_q8_1_decode"
     assert pick("q8_0", 5, 14336, *h100, K=4096, **h200).name == "cuda_q8_0_f16_wgmma"
     assert pick("q8_0", 5, 14336, *h100, K=4096, gpu="NVIDIA H100 80GB HBM3").name == "cuda_q8_0_q8_1_decode"
@@ -242,12 +243,12 @@ def test_the_gpu_choice_follows_the_measured_crossovers(monkeypatch):
     assert pick("q4_0", 4, 14336, *h100, K=4096, **h200).name == "cuda_q4_0_f16_wgmma"
     # thresholds given explicitly win over the device's own
     assert (
-        pick("q8_0", 6, 4096, *h100, K=4096, decode_max_n={"q8_0": (6, 5, 4)}, **h200).name == "cuda_q8_0_q8_1_decode"
+        pick("q8_0", 7, 4096, *h100, K=4096, decode_max_n={"q8_0": (7, 5, 4)}, **h200).name == "cuda_q8_0_q8_1_decode"
     )
-    t200 = api.choice_table((9, 0), 132, formats=["q8_0"], ns=(4, 5, 6), gpu="NVIDIA H200").splitlines()
+    t200 = api.choice_table((9, 0), 132, formats=["q8_0"], ns=(4, 5, 6, 7), gpu="NVIDIA H200").splitlines()
     assert t200[0].startswith("kernel picked on NVIDIA H200, compute capability 9.0")
-    assert t200[2].split()[3:] == ["decode", "decode", "f16_wgmma"]  # 4096 x 4096
-    assert t200[3].split()[3:] == ["decode", "f16_wgmma", "f16_wgmma"]  # 14336 x 4096
+    assert t200[2].split()[3:] == ["decode", "decode", "decode", "f16_wgmma"]  # 4096 x 4096
+    assert t200[3].split()[3:] == ["decode", "f16_wgmma", "f16_wgmma", "f16_wgmma"]  # 14336 x 4096
     then = {"q4_0": 17, "q8_0": 12}  # thresholds given instead of WGMMA_F16_MIN_N
     assert pick("q4_0", 4, 14336, *h100, K=4096, f16_min_n=then).name == "cuda_q4_0_q8_1_wgmma_small"
     assert pick("q8_0", 7, 4096, *h100, K=14336, f16_min_n=then).name == "cuda_q8_0_q8_1_wgmma_small"
