@@ -1,6 +1,7 @@
 """Timeline of the decode call (quantizer + decode kernel), graph-replayed, weights cold: per-call medians of
 the quantizer's duration, the decode kernel's start after the quantizer's start, its duration, and the call
-(first start to last end, with quartiles). Run from the repository root; TAG labels the lines."""
+(first start to last end, with quartiles). Run from the repository root; TAG labels the lines. LAYERS and NS
+(environment) replace the layers and token counts below, e.g. LAYERS=q4_0:4096x14336,q8_0:4096x4096 NS=1,2,5."""
 
 import os
 import statistics as st
@@ -14,12 +15,16 @@ from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
 tag = os.environ.get("TAG", "")
-for wf, M, K in (("q4_0", 4096, 14336), ("q4_0", 14336, 4096), ("q4_0", 4096, 4096), ("q8_0", 4096, 14336)):
+layers = [("q4_0", 4096, 14336), ("q4_0", 14336, 4096), ("q4_0", 4096, 4096), ("q8_0", 4096, 14336)]
+if os.environ.get("LAYERS"):
+    layers = [(f, *map(int, mk.split("x"))) for f, mk in (x.split(":") for x in os.environ["LAYERS"].split(","))]
+ns = [int(n) for n in os.environ.get("NS", "1,2,3,4,8").split(",")]
+for wf, M, K in layers:
     g = torch.Generator().manual_seed(0)
     W0 = quantize_weights(torch.randn(M, K, generator=g).cuda(), wf)
     ncop = max(8, int(4 * 50e6 / W0.numel() / W0.element_size()) + 1)
     Ws = [W0.clone() for _ in range(ncop)]
-    for N in (1, 2, 3, 4, 8):
+    for N in ns:
         A = torch.randn(N, K, generator=g).cuda()
         name = f"cuda_{wf}_q8_1_decode"
 
