@@ -240,6 +240,20 @@ __host__ __device__ constexpr int decode_rows_per_step(int T) {
     return (std::is_same<WF, w_q4_0>::value || std::is_same<WF, w_q8_0>::value) && T >= 3 ? 4 : 1;
 }
 
+// Rows of 16 units (K = 4096), which packed rows put two to a step: Q8_0 from 4 tokens takes the long
+// rows' layout of 4 rows per step instead (8 lanes a row, two steps per group of rows), so that a
+// warp's activation loads touch 8 units instead of 16 (decode_rows_per_step). H200, one machine, two
+// builds run in turn, weights cold (bench_results/nvidia-h200/2026-11-29/decode-packrg-ab.txt):
+// Q8_0 4096 x 4096 N = 4 9.76 / 9.76 -> 8.96 / 8.99 us, N = 8 13.66 / 13.60 -> 11.65 / 11.59;
+// 14336 x 4096 N = 4 21.84 / 21.79 -> 21.44 / 21.44, N = 8 35.02 / 34.98 -> 32.40 / 32.54. At 3
+// tokens it was slower on 14336 x 4096 (19.20 -> 20.19); Q4_0 (3 ring stages where not packed, 1 CTA
+// per SM) gained on 4096 x 4096 at 3 and 4 tokens and lost on 14336 x 4096, and lost at 5 and 6
+// tokens on 4096 x 4096 (half the CTAs): not taken.
+template <class WF>
+__host__ __device__ constexpr bool decode_rows_of_16_in_fours(int T) {
+    return std::is_same<WF, w_q8_0>::value && T >= 4 && decode_rows_per_step<WF>(T) == 4;
+}
+
 // The weight ring starts on a 128-byte boundary (DECODE_RING_ALIGN): a warp's cp.async of 512
 // consecutive bytes then fills four whole 128-byte lines of shared memory, as its source is four
 // whole lines of global memory. (The activations before it end wherever T, nu and the pads put
@@ -432,20 +446,12 @@ template <class WF, int T, class Acts>
 void launch_pass(const ActSource& src, const typename WF::block* W, float* C, int M, int K, int nb_total, int kb0,
                  int nb, bool accumulate, cudaStream_t stream) {
     const int nu = (nb + UNIT - 1) / UNIT;
-    // Rows of 16 units (K = 4096), Q8_0 from 4 tokens: the long rows' layout of 4 rows per step (8 lanes a
-    // row, two steps per group of rows) instead of 2 rows per step, so that a warp's activation loads touch 8
-    // units instead of 16 (decode_rows_per_step). H200, one machine, two builds run in turn, weights cold
-    // (bench_results/nvidia-h200/2026-11-29/decode-packrg-ab.txt): Q8_0 4096 x 4096 N = 4 9.76 / 9.76 ->
-    // 8.96 / 8.99 us, N = 8 13.66 / 13.60 -> 11.65 / 11.59; 14336 x 4096 N = 4 21.84 / 21.79 -> 21.44 /
-    // 21.44, N = 8 35.02 / 34.98 -> 32.40 / 32.54. At 3 tokens it was slower on 14336 x 4096 (19.20 ->
-    // 20.19); Q4_0 (3 ring stages where not packed, 1 CTA per SM) gained on 4096 x 4096 at 3 and 4 tokens
-    // and lost on 14336 x 4096, and lost at 5 and 6 tokens on 4096 x 4096 (half the CTAs): not taken.
-    const bool four_rows = std::is_same<WF, w_q8_0>::value && T >= 4 && nu == 16;
-    const bool packed =
-        nb_total % UNIT == 0 && kb0 % UNIT == 0 && nb == nb_total && nu < 32 && 32 % nu == 0 && !four_rows;
-    const size_t smem = DecodeSmem(T, nu, Unit<WF>::VECS, decode_stages(T, Unit<WF>::VECS, packed)).total;
-    // Long Q4_0 and Q8_0 rows at 3 tokens or more: 4 rows per warp step (decode_rows_per_step).
+    // Long Q4_0 and Q8_0 rows at 3 tokens or more: 4 rows per warp step (decode_rows_per_step); rows of
+    // 16 units packed two to a step, or in that layout where decode_rows_of_16_in_fours says so.
     constexpr int RG = decode_rows_per_step<WF>(T);
+    const bool packed = nb_total % UNIT == 0 && kb0 % UNIT == 0 && nb == nb_total && nu < 32 && 32 % nu == 0 &&
+                        !(nu == 16 && decode_rows_of_16_in_fours<WF>(T));
+    const size_t smem = DecodeSmem(T, nu, Unit<WF>::VECS, decode_stages(T, Unit<WF>::VECS, packed)).total;
     const int rg = packed ? 1 : RG;
     auto kernel = packed ? decode_kernel<WF, T, Acts, true, 1> : decode_kernel<WF, T, Acts, false, RG>;
     if (smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
