@@ -166,6 +166,10 @@ def test_k_quant_kernels_on_llm_sizes(kernel, M, N, K):
 #: decode.cuh's PACKED layout, 16 / nu rows per step, two lanes per unit): M leaves the last step
 #: partly past the end, N = 9 makes a pass of 8 tokens and a pass of 1
 PACKED_SHAPES = [(m, n, 256 * nu) for nu in (1, 2, 4, 8, 16) for m, n in ((37, 1), (130, 3), (21, 9))]
+#: and rows of 16 units in groups of four rows a step (decode.cuh: Q8_0 from 4 tokens, Q4_0 at 2 to 4
+#: tokens where 4096 rows fill the SMs once), the last group partly past the end; 12 tokens are a
+#: pass of 8 and one of 4
+PACKED_SHAPES += [(4094, 2, 4096), (4093, 3, 4096), (4095, 12, 4096)]
 PACKED_PARAMS = [
     pytest.param(p.values[0], *shape, marks=p.marks, id=f"{p.values[0]}-M{shape[0]}N{shape[1]}K{shape[2]}")
     for p in KERNEL_PARAMS

@@ -217,9 +217,10 @@ struct Unit {  // 8 consecutive weight blocks of one row, as raw 32-bit words
 // the activations' mbarrier. Steps in flight per warp: 3 where the rows are long (Q4_0 steps,
 // 3 <= T <= 4, not packed), else 2. One and two tokens take 2: a CTA then needs 93 or 112 KB for
 // K = 14336 and two CTAs fit on an SM, 16 warps and 16 steps in flight, where 3 stages would leave
-// room for one CTA (8 warps, 24 steps). At K = 14336, from 3 tokens two CTAs no longer fit.
-__host__ __device__ constexpr int decode_stages(int T, int unit_vecs, bool packed) {
-    return T >= 3 && T <= 4 && unit_vecs <= 9 && !packed ? 3 : 2;
+// room for one CTA (8 warps, 24 steps). At K = 14336, from 3 tokens two CTAs no longer fit. Q4_0's
+// rows of 16 units in fours (rg 4) at 2 tokens take 3 too: a warp's two steps both in flight.
+__host__ __device__ constexpr int decode_stages(int T, int unit_vecs, bool packed, int rg = 1) {
+    return (T >= 3 && T <= 4 || T == 2 && rg == 4) && unit_vecs <= 9 && !packed ? 3 : 2;
 }
 
 // Rows per warp step where rows are long (not packed): 4 for Q4_0 and Q8_0 at 3 to 8 tokens, else 1
@@ -252,6 +253,20 @@ __host__ __device__ constexpr int decode_rows_per_step(int T) {
 template <class WF>
 __host__ __device__ constexpr bool decode_rows_of_16_in_fours(int T) {
     return std::is_same<WF, w_q8_0>::value && T >= 4 && decode_rows_per_step<WF>(T) == 4;
+}
+// Q4_0 rows of 16 units at 2 to 4 tokens take that layout too, with 3 ring stages (a warp's two steps
+// both in flight), where the row groups of four fill the SMs once: one group per warp, one CTA per
+// SM, more than half the SMs busy (M in (16 sms, 32 sms]: 4096 rows on a 132-SM GPU). Packed, a
+// warp has one step of two rows; in fours its 128-bit activation loads touch 8 units instead of 16.
+// H200, one machine, two builds run in turn, weights cold (bench_results/nvidia-h200/2026-11-29/
+// decode-q4fours-ab.txt): 4096 x 4096 N = 2 7.15 / 7.14 -> 7.04 / 7.02 us, N = 3 8.03 / 8.03 -> 7.78 /
+// 7.78, N = 4 8.99 / 9.02 -> 8.48 / 8.48; 14336 x 4096 (3584 groups: packed) unchanged. With fewer
+// rows the grid shrinks with them: 1024 x 4096 (32 CTAs) N = 2 4.54 -> 5.50, N = 4 5.66 -> 6.94.
+template <class WF, int T>
+constexpr bool decode_q4_0_fours_possible = std::is_same<WF, w_q4_0>::value && T >= 2 && T <= 4;
+template <class WF, int T>
+bool decode_q4_0_rows_of_16_in_fours(int M, int nu, int sms) {
+    return decode_q4_0_fours_possible<WF, T> && nu == 16 && M > 16 * sms && M <= 4 * DEC_WARPS * sms;
 }
 
 // The weight ring starts on a 128-byte boundary (DECODE_RING_ALIGN): a warp's cp.async of 512
@@ -290,7 +305,7 @@ __global__ void __launch_bounds__(DEC_THREADS, sizeof(typename WF::block) < 32 ?
     // Warp w of the grid owns rows w, w + (all warps), ...; a row is read in steps of 32 units.
     constexpr int VECS = Unit<WF>::VECS;  // 16-byte vectors per unit: 9 (Q4_0), 17 (Q8_0)
     constexpr int STEP_VECS = 32 * VECS;  // one step: 32 units, one per lane
-    constexpr int STAGES = decode_stages(T, VECS, PACKED);
+    constexpr int STAGES = decode_stages(T, VECS, PACKED, RG);
     extern __shared__ __align__(128) int4 smem[];
     const int nu = (nb + UNIT - 1) / UNIT;
     const DecodeSmem lay(T, nu, VECS, STAGES);
@@ -448,17 +463,23 @@ void launch_pass(const ActSource& src, const typename WF::block* W, float* C, in
     const int nu = (nb + UNIT - 1) / UNIT;
     // Long Q4_0 and Q8_0 rows at 3 tokens or more: 4 rows per warp step (decode_rows_per_step); rows of
     // 16 units packed two to a step, or in that layout where decode_rows_of_16_in_fours says so.
+    // Q4_0's rows of 16 units at 2 to 4 tokens where they fill the SMs once (decode_q4_0_rows_of_16_in_fours).
     constexpr int RG = decode_rows_per_step<WF>(T);
-    const bool packed = nb_total % UNIT == 0 && kb0 % UNIT == 0 && nb == nb_total && nu < 32 && 32 % nu == 0 &&
-                        !(nu == 16 && decode_rows_of_16_in_fours<WF>(T));
-    const size_t smem = DecodeSmem(T, nu, Unit<WF>::VECS, decode_stages(T, Unit<WF>::VECS, packed)).total;
-    const int rg = packed ? 1 : RG;
-    auto kernel = packed ? decode_kernel<WF, T, Acts, true, 1> : decode_kernel<WF, T, Acts, false, RG>;
+    const bool units = nb_total % UNIT == 0 && kb0 % UNIT == 0;
+    const bool q4fours = units && nb == nb_total && decode_q4_0_rows_of_16_in_fours<WF, T>(M, nu, device_info().sms);
+    const bool packed = units && nb == nb_total && nu < 32 && 32 % nu == 0 &&
+                        !(nu == 16 && decode_rows_of_16_in_fours<WF>(T)) && !q4fours;
+    const int rg = packed ? 1 : q4fours ? 4 : RG;
+    const size_t smem = DecodeSmem(T, nu, Unit<WF>::VECS, decode_stages(T, Unit<WF>::VECS, packed, rg)).total;
+    constexpr int RG_Q4 = decode_q4_0_fours_possible<WF, T> ? 4 : RG;  // an instance only where it can run
+    auto kernel = packed    ? decode_kernel<WF, T, Acts, true, 1>
+                  : q4fours ? decode_kernel<WF, T, Acts, false, RG_Q4>
+                            : decode_kernel<WF, T, Acts, false, RG>;
     if (smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     int dev = 0;
     cudaGetDevice(&dev);
-    static int per_sm_cache[8][256] = {};  // CTAs per SM, by device and units per row: a grid-size hint
-    int& per_sm = per_sm_cache[dev % 8][nu % 256];
+    static int per_sm_cache[8][256][3] = {};  // CTAs per SM, by device, units per row and layout: a grid-size hint
+    int& per_sm = per_sm_cache[dev % 8][nu % 256][packed ? 0 : q4fours ? 1 : 2];
     if (per_sm == 0) {
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, DEC_THREADS, smem);
         per_sm = std::max(per_sm, 1);
