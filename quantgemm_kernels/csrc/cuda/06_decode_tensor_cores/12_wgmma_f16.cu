@@ -137,6 +137,21 @@
 // new / old / new / old (bench_results/nvidia-h100-80gb-hbm3/2026-11-28/f16-pdlsum-ab.txt): Q8_0
 // 4096 x 4096 N = 16 13.25 / 13.31 -> 12.85 / 12.88 us, Q4_0 4096 x 4096 N = 16 10.85 -> 10.43 / 10.40,
 // 4096 x 14336 N = 16 20.77 -> 20.26; the layers of 14336 rows, which need no split, unchanged.
+// Where the time goes on an H200 (Nsight Compute, weights cold; bench_results/nvidia-h200/2026-11-29/
+// ncu-f16-*.txt): at 16 tokens neither DRAM nor the issue slots are saturated (Q4_0 14336 x 4096:
+// DRAM 38 % of peak, issue slots 40 %, 0.8 eligible warps per scheduler; Q8_0, twice the bytes, 60 %
+// of DRAM); at 2048 tokens (fp16 activations) the tensor pipe is busy 78 % of the active cycles,
+// where cuBLAS's kernel (256 x 128 tiles, one CTA per SM) keeps it 98 % busy.
+// Tried and lost on an H200 (one machine per A/B, builds run in turn; same records folder): 256-byte
+// L2 promotion on both tensor maps, no faster and Q8_0 3 to 5 % slower at 8 and 16 tokens
+// (f16-l2promo-ab.txt); four consumer warpgroups at 16 tokens (640 threads, two pairs taking
+// alternate K steps, pair 1's partial tile added through shared memory; 112 registers each, which
+// ptxas finds too few at 32 tokens: C7512), 1.2 % slower over N <= 16, Q4_0 4096 x 14336 4-5 %
+// slower (f16-cw4-ab.txt): more warps building fragments do not help, so their latency is not what
+// bounds these calls; the second warpgroup draining half an interval after the first, so that one's
+// drain falls while the other's wgmmas run, 3.6 % slower over N >= 128 and 4-13 % at 16 and 64
+// tokens (f16-pingpong-ab.txt). Building the next stage's first fragments before the drain made
+// ptxas serialize every wgmma (C7513: the fragments then cross the loop's back edge).
 // Grid: x = ceil(M / 128) weight tiles, y = ceil(N / NT) token tiles, z = splits of K (in steps of
 // 8 blocks, when the tiles leave SMs idle); 384 threads: two consumer warpgroups (rows 0..63,
 // 64..127 of the tile) and a producer warpgroup of which one thread issues the copies.
