@@ -151,7 +151,10 @@
 // bounds these calls; the second warpgroup draining half an interval after the first, so that one's
 // drain falls while the other's wgmmas run, 3.6 % slower over N >= 128 and 4-13 % at 16 and 64
 // tokens (f16-pingpong-ab.txt). Building the next stage's first fragments before the drain made
-// ptxas serialize every wgmma (C7513: the fragments then cross the loop's back edge).
+// ptxas serialize every wgmma (C7513: the fragments then cross the loop's back edge). And Q4_0's
+// weight stages of 16 blocks again (288-byte runs per row, as Q8_0's 272 that reach 60 % of DRAM),
+// with this loop: 9.5 % slower at 5 to 64 tokens (f16-kb16-ab.txt). What holds Q4_0 at 38 % of
+// DRAM at 16 tokens is neither its consumers' latency nor the length of its runs.
 // Grid: x = ceil(M / 128) weight tiles, y = ceil(N / NT) token tiles, z = splits of K (in steps of
 // 8 blocks, when the tiles leave SMs idle); 384 threads: two consumer warpgroups (rows 0..63,
 // 64..127 of the tile) and a producer warpgroup of which one thread issues the copies.
