@@ -298,9 +298,9 @@ def test_cuda_forward_matches_float64_reference_and_its_cache(tmp_path, with_q4_
     assert err < NMSE_MAX, f"NMSE {err:.2e} against the float64 reference"
     monkeypatch.setattr(api, "DECODE_MAX_N_FEW_TILES", len(PROMPT))
     monkeypatch.setattr(api, "DECODE_MAX_N", len(PROMPT))
-    monkeypatch.setattr(api, "DECODE_MAX_N_HOPPER", {f: (len(PROMPT),) * 3 for f in api.DECODE_MAX_N_HOPPER})
-    # a GPU with thresholds of its own (api.DECODE_MAX_N_BY_GPU, the H200) takes them instead
     raised = {f: (len(PROMPT),) * 3 for f in api.DECODE_MAX_N_HOPPER}
+    monkeypatch.setattr(api, "DECODE_MAX_N_HOPPER", raised)
+    # a GPU with thresholds of its own (api.DECODE_MAX_N_BY_GPU, the H200) takes them instead
     monkeypatch.setattr(api, "DECODE_MAX_N_BY_GPU", {gpu: raised for gpu in api.DECODE_MAX_N_BY_GPU})
     monkeypatch.setattr(api, "DECODE_MAX_N_MMA", {f: len(PROMPT) for f in api.DECODE_MAX_N_MMA})
     full = model(torch.tensor(PROMPT, device="cuda"))
