@@ -185,6 +185,36 @@ def test_decode_kernels_on_packed_short_rows(kernel, M, N, K):
     assert err <= KERNEL_NMSE, f"{kernel} M={M} N={N} K={K}: NMSE {err:.3g} > {KERNEL_NMSE}"
 
 
+#: Shapes whose plans change on GPUs with less shared memory (test_decode_plan.py): rows of 4096 at
+#: 2 to 4 tokens (four rows a step on Hopper), long rows at 3, 4 and 8 tokens (shallower rings,
+#: shorter K chunks), a pass of 8 and one of 1, K not whole units
+SMALL_SMEM_SHAPES = [(4096, 2, 4096), (4093, 4, 4096), (300, 3, 14336), (129, 9, 14336), (37, 8, 4096), (65, 5, 4128)]
+SMALL_SMEM_PARAMS = [
+    pytest.param(
+        p.values[0], cap, *shape, marks=p.marks, id=f"{p.values[0]}-{cap // 1024}KB-M{shape[0]}N{shape[1]}K{shape[2]}"
+    )
+    for p in KERNEL_PARAMS
+    if "decode" in p.values[0] and qk.KERNELS[p.values[0]].wfmt in ("q4_0", "q4_1", "q8_0")
+    for cap in (99 * 1024, 163 * 1024)
+    for shape in SMALL_SMEM_SHAPES
+]
+
+
+@pytest.mark.parametrize("kernel,cap,M,N,K", SMALL_SMEM_PARAMS)
+def test_decode_kernels_within_less_shared_memory(kernel, cap, M, N, K):
+    """The decode kernels with their plan capped to the shared memory of a GPU with less than this
+    one (99 KB: sm_86, sm_89, sm_120; 163 KB: A100): the shallower rings and shorter K chunks of
+    decode_plan.h, run here, against the reference."""
+    ops = torch.ops.quantgemm
+    before = ops.decode_smem_cap(cap)
+    try:
+        err, C, ref = check_kernel(kernel, M, N, K, "normal", seed=M + N + K)
+    finally:
+        ops.decode_smem_cap(before)
+    assert C.shape == (N, M)
+    assert err <= KERNEL_NMSE, f"{kernel} within {cap} bytes, M={M} N={N} K={K}: NMSE {err:.3g} > {KERNEL_NMSE}"
+
+
 def test_q4_0_formulas_of_llama_cpp():
     """reference.gemm_wq_aq8_1's two Q4_0 formulas: "signed" is the exact integer dot of (q - 8) and
     the activation quants; "compensated" replaces sum(a) by s_a / d_a (s_a rounded to fp16), so the

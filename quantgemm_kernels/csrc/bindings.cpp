@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "check.h"
+#include "cuda/06_decode_tensor_cores/decode_plan.h"
 #include "model/decode_layer.h"
 #include "gemm.h"
 #include "parallel.h"
@@ -528,6 +529,37 @@ int64_t wgmma_splits_op(int64_t N, int64_t M, int64_t K, int64_t sms) {
     return wgmma_splits(N, M, K, (int)sms);
 }
 
+// The decode kernel's plan of a pass of T tokens (cuda/06_decode_tensor_cores/decode_plan.h) on a GPU
+// of `sms` SMs allowing `smem_optin` bytes of shared memory per CTA: [packed, rows per step, ring
+// stages, bytes of shared memory per CTA, blocks of K per launch] of the pass's first launch, the one
+// over its longest K chunk. On any machine: chapter 6 prints it, the tests check it for many GPUs.
+std::vector<int64_t> decode_plan_op(c10::string_view fmt_sv, int64_t T, int64_t M, int64_t K, int64_t sms,
+                                    int64_t smem_optin) {
+    const std::string fmt(fmt_sv);
+    QG_CHECK(fmt == "q4_0" || fmt == "q4_1" || fmt == "q8_0",
+             "decode_plan: decode.cuh's kernel reads q4_0, q4_1 or q8_0 weights, not '", fmt, "'");
+    QG_CHECK(T >= 1 && T <= decode_plan::MAX_T, "decode_plan: T is the tokens of one pass, 1 to ", decode_plan::MAX_T,
+             ", got ", T);
+    QG_CHECK(M > 0 && M <= INT32_MAX && K > 0 && K <= INT32_MAX && K % QK == 0,
+             "decode_plan: M and K must be positive (K a multiple of ", QK, "), got M = ", M, ", K = ", K);
+    QG_CHECK(sms > 0 && sms <= 4096 && smem_optin > 0 && smem_optin <= INT32_MAX,
+             "decode_plan: sms and smem_optin must be positive, got ", sms, " and ", smem_optin);
+    const FormatInfo& f = format_info(fmt);
+    const decode_plan::DecodeFormat df{8 * (int)f.block_bytes / 16, fmt == "q4_0", fmt == "q8_0"};
+    const int nb_total = (int)(K / QK);
+    const int chunk = decode_plan::decode_chunk_blocks(df, (int)T, nb_total, (int)smem_optin);
+    const decode_plan::DecodeLaunch l =
+        decode_plan::decode_launch(df, (int)T, (int)M, nb_total, 0, chunk, (int)sms, (int)smem_optin);
+    return {l.packed ? 1 : 0, l.rg, l.stages, (int64_t)l.smem, chunk};
+}
+
+// Caps the shared memory per CTA the decode kernel plans for on this process's GPUs (0: no cap) and
+// returns the cap before: a GPU with more then runs the plans of a GPU with less (the tests).
+int64_t decode_smem_cap_op(int64_t bytes) {
+    QG_CHECK(bytes >= 0 && bytes <= INT32_MAX, "decode_smem_cap: bytes must be 0 (no cap) or positive, got ", bytes);
+    return decode_plan::smem_cap().exchange((int)bytes);
+}
+
 // The formats table as "name:values per block:bytes per block", for the test that compares it with
 // formats.SPECS.
 std::vector<std::string> format_table() {
@@ -589,6 +621,8 @@ TORCH_LIBRARY(quantgemm, m) {
     m.def("cpu_gemv_simd() -> bool", &cpu_gemv_simd);
     m.def("parallel_threads_used(int range, int grain) -> int", &parallel_threads_used);
     m.def("wgmma_splits(int N, int M, int K, int sms) -> int", &wgmma_splits_op);
+    m.def("decode_plan(str fmt, int T, int M, int K, int sms, int smem_optin) -> int[]", &decode_plan_op);
+    m.def("decode_smem_cap(int bytes) -> int", &decode_smem_cap_op);
 }
 
 TORCH_LIBRARY_IMPL(quantgemm, CPU, m) {

@@ -36,7 +36,8 @@
 // chunks add to C, in order: still deterministic).
 //
 // Shared memory: the T tokens' activations (quants, 17 vectors per unit; (d, s) pairs) and one
-// ring of 2 or 3 steps per warp (decode_stages says when 3 fit). Registers: Q4_0 at most 128 per
+// ring of 1 to 3 steps per warp (decode_plan.h: the layout, ring depth and K chunk of each launch,
+// and what changes on GPUs with less shared memory than Hopper's). Registers: Q4_0 at most 128 per
 // thread, so that 2 CTAs share an SM.
 // Grid: min(ceil(G / 8), SMs x min(CTAs that fit per SM, 2)) CTAs of 256 threads (8 warps), G the
 // row groups (M, or M / 4 rounded up), one launch per pass of T tokens and K chunk.
@@ -111,23 +112,21 @@
 #include <type_traits>
 
 #include "../w_q8_1.cuh"
+#include "decode_plan.h"
 
 namespace gpu {
 namespace {
-constexpr int DEC_THREADS = 256;
-constexpr int DEC_WARPS = DEC_THREADS / 32;
-constexpr int UNIT = 8;   // blocks per unit
-constexpr int MAX_T = 8;  // tokens per pass
+using decode_plan::DecodeSmem;
+using decode_plan::ds_pitch;
+constexpr int DEC_WARPS = decode_plan::WARPS;
+constexpr int DEC_THREADS = DEC_WARPS * 32;
+constexpr int UNIT = decode_plan::UNIT;    // blocks per unit
+constexpr int MAX_T = decode_plan::MAX_T;  // tokens per pass
 // [excerpt: smem_layout]
-constexpr int A_UNIT_VECS = UNIT * QK / 16 + 1;                        // int4 per unit of activation quants: 16 + 1 pad
-constexpr int A_UNIT_DS = UNIT + 1;                                    // float2 (d, s) per unit: 8 + 1 pad
-constexpr int SMEM_PER_TOKEN_UNIT = A_UNIT_VECS * 16 + A_UNIT_DS * 8;  // 344 bytes
+constexpr int A_UNIT_VECS = UNIT * QK / 16 + 1;  // int4 per unit of activation quants: 16 + 1 pad
+constexpr int A_UNIT_DS = UNIT + 1;              // float2 (d, s) per unit: 8 + 1 pad
 static_assert(A_UNIT_VECS == QG_DECODE_UNIT_VECS && A_UNIT_DS == QG_DECODE_UNIT_DS,
               "gemm.h sizes the workspace with the same layout");
-
-// One token's (d, s) pairs take an even number of float2 (a whole number of 16-byte vectors), so
-// that every token row, in the workspace and in shared memory, can be copied with cp.async.
-__host__ __device__ constexpr int ds_pitch(int nu) { return (nu * A_UNIT_DS + 1) / 2 * 2; }
 // [end excerpt: smem_layout]
 
 // Activation block `kb` of token t in shared memory: its 32 quants as 8 words, and (d, s).
@@ -213,77 +212,10 @@ struct Unit {  // 8 consecutive weight blocks of one row, as raw 32-bit words
     }
 };
 
-// Shared memory of one launch: activation quants | activation (d, s) | one staging buffer per warp |
-// the activations' mbarrier. Steps in flight per warp: 3 where the rows are long (Q4_0 steps,
-// 3 <= T <= 4, not packed), else 2. One and two tokens take 2: a CTA then needs 93 or 112 KB for
-// K = 14336 and two CTAs fit on an SM, 16 warps and 16 steps in flight, where 3 stages would leave
-// room for one CTA (8 warps, 24 steps). At K = 14336, from 3 tokens two CTAs no longer fit. Q4_0's
-// rows of 16 units in fours (rg 4) at 2 tokens take 3 too: a warp's two steps both in flight.
-__host__ __device__ constexpr int decode_stages(int T, int unit_vecs, bool packed, int rg = 1) {
-    return (T >= 3 && T <= 4 || T == 2 && rg == 4) && unit_vecs <= 9 && !packed ? 3 : 2;
-}
-
-// Rows per warp step where rows are long (not packed): 4 for Q4_0 and Q8_0 at 3 to 8 tokens, else 1
-// (see decode_kernel). Measured (H100, weights cold, graph-replayed calls; bench_results/
-// nvidia-h100-80gb-hbm3/2026-11-27/decode-rows-tl.txt), Q4_0 4096 x 14336: N = 3 18.0 -> 17.1 us,
-// N = 4 21.5 -> 20.0, N = 8 32.7 -> 29.2; at one token 4 rows per step was slower (15.3 -> 16.7:
-// half as many warps have a row group of their own), as was 2 rows per step at one token; at
-// 2 tokens 4 rows per step measured within 1 % (15.0 against 15.1). Q8_0 (twice the weight bytes
-// per activation byte) measured 3 to 6 % slower with 4 rows at every N = 1-4 on that H100, in an
-// older build (activations on cp.async, the ring off a 128-byte boundary at odd N); the kernel of
-// today on an H200 (one machine, builds run in turn; bench_results/nvidia-h200/2026-11-29/
-// decode-rows-q8-ab.txt), Q8_0 4096 x 14336: N = 4 22.40 / 22.32 -> 20.03 / 20.19 us, N = 6 47.12 /
-// 47.39 -> 34.34 / 34.26, N = 8 44.08 / 44.16 -> 35.65 / 35.62, N = 3 level (19.20 / 19.18 against
-// 19.22 / 19.17). So Q8_0 takes 4 rows from 3 tokens too; the H100 has not measured this build.
-// From 2 tokens it was slower there (N = 2 18.35 / 18.37 -> 19.06 / 19.04 us, same record).
 template <class WF>
-__host__ __device__ constexpr int decode_rows_per_step(int T) {
-    return (std::is_same<WF, w_q4_0>::value || std::is_same<WF, w_q8_0>::value) && T >= 3 ? 4 : 1;
+constexpr decode_plan::DecodeFormat decode_format() {
+    return {Unit<WF>::VECS, std::is_same<WF, w_q4_0>::value, std::is_same<WF, w_q8_0>::value};
 }
-
-// Rows of 16 units (K = 4096), which packed rows put two to a step: Q8_0 from 4 tokens takes the long
-// rows' layout of 4 rows per step instead (8 lanes a row, two steps per group of rows), so that a
-// warp's activation loads touch 8 units instead of 16 (decode_rows_per_step). H200, one machine, two
-// builds run in turn, weights cold (bench_results/nvidia-h200/2026-11-29/decode-packrg-ab.txt):
-// Q8_0 4096 x 4096 N = 4 9.76 / 9.76 -> 8.96 / 8.99 us, N = 8 13.66 / 13.60 -> 11.65 / 11.59;
-// 14336 x 4096 N = 4 21.84 / 21.79 -> 21.44 / 21.44, N = 8 35.02 / 34.98 -> 32.40 / 32.54. At 3
-// tokens it was slower on 14336 x 4096 (19.20 -> 20.19); Q4_0 (3 ring stages where not packed, 1 CTA
-// per SM) gained on 4096 x 4096 at 3 and 4 tokens and lost on 14336 x 4096, and lost at 5 and 6
-// tokens on 4096 x 4096 (half the CTAs): not taken.
-template <class WF>
-__host__ __device__ constexpr bool decode_rows_of_16_in_fours(int T) {
-    return std::is_same<WF, w_q8_0>::value && T >= 4 && decode_rows_per_step<WF>(T) == 4;
-}
-// Q4_0 rows of 16 units at 2 to 4 tokens take that layout too, with 3 ring stages (a warp's two steps
-// both in flight), where the row groups of four fill the SMs once: one group per warp, one CTA per
-// SM, more than half the SMs busy (M in (16 sms, 32 sms]: 4096 rows on a 132-SM GPU). Packed, a
-// warp has one step of two rows; in fours its 128-bit activation loads touch 8 units instead of 16.
-// H200, one machine, two builds run in turn, weights cold (bench_results/nvidia-h200/2026-11-29/
-// decode-q4fours-ab.txt): 4096 x 4096 N = 2 7.15 / 7.14 -> 7.04 / 7.02 us, N = 3 8.03 / 8.03 -> 7.78 /
-// 7.78, N = 4 8.99 / 9.02 -> 8.48 / 8.48; 14336 x 4096 (3584 groups: packed) unchanged. With fewer
-// rows the grid shrinks with them: 1024 x 4096 (32 CTAs) N = 2 4.54 -> 5.50, N = 4 5.66 -> 6.94.
-template <class WF, int T>
-constexpr bool decode_q4_0_fours_possible = std::is_same<WF, w_q4_0>::value && T >= 2 && T <= 4;
-template <class WF, int T>
-bool decode_q4_0_rows_of_16_in_fours(int M, int nu, int sms) {
-    return decode_q4_0_fours_possible<WF, T> && nu == 16 && M > 16 * sms && M <= 4 * DEC_WARPS * sms;
-}
-
-// The weight ring starts on a 128-byte boundary (DECODE_RING_ALIGN): a warp's cp.async of 512
-// consecutive bytes then fills four whole 128-byte lines of shared memory, as its source is four
-// whole lines of global memory. (The activations before it end wherever T, nu and the pads put
-// them: at K = 14336 and an odd number of tokens, 64 bytes past a boundary.)
-constexpr int DECODE_RING_ALIGN = 128;
-struct DecodeSmem {
-    size_t act_qs, act_ds, stage, bar, total;  // byte offsets, 16-byte aligned (stage: 128)
-    __host__ __device__ DecodeSmem(int T, int nu, int unit_vecs, int stages) {
-        act_qs = 0;
-        act_ds = act_qs + (size_t)T * nu * A_UNIT_VECS * 16;
-        stage = (act_ds + (size_t)T * ds_pitch(nu) * 8 + DECODE_RING_ALIGN - 1) / DECODE_RING_ALIGN * DECODE_RING_ALIGN;
-        bar = stage + (size_t)DEC_WARPS * stages * 32 * unit_vecs * 16;  // the activations' mbarrier (sm_90)
-        total = bar + 16;
-    }
-};
 
 // Where a launch finds its tokens' activations: float32 rows A[t * K ...] (1_decode_fused.cu
 // quantizes them in every CTA), or the workspace image of 2_decode.cu's quantizer, token t's units
@@ -295,7 +227,7 @@ struct ActSource {
     int nu_total;      // image: units per token row (the whole K)
 };
 
-template <class WF, int T, class Acts, bool PACKED, int RG>
+template <class WF, int T, class Acts, bool PACKED, int RG, int STAGES>
 // Q4_0: 2 CTAs per SM (at most 128 registers); Q8_0 units are twice as wide and need more.
 __global__ void __launch_bounds__(DEC_THREADS, sizeof(typename WF::block) < 32 ? 2 : 1)  // 4-bit: 2 CTAs/SM
     decode_kernel(ActSource src, const typename WF::block* __restrict__ W, float* __restrict__ C, int M, int K,
@@ -305,7 +237,6 @@ __global__ void __launch_bounds__(DEC_THREADS, sizeof(typename WF::block) < 32 ?
     // Warp w of the grid owns rows w, w + (all warps), ...; a row is read in steps of 32 units.
     constexpr int VECS = Unit<WF>::VECS;  // 16-byte vectors per unit: 9 (Q4_0), 17 (Q8_0)
     constexpr int STEP_VECS = 32 * VECS;  // one step: 32 units, one per lane
-    constexpr int STAGES = decode_stages(T, VECS, PACKED, RG);
     extern __shared__ __align__(128) int4 smem[];
     const int nu = (nb + UNIT - 1) / UNIT;
     const DecodeSmem lay(T, nu, VECS, STAGES);
@@ -457,40 +388,50 @@ const DeviceInfo& device_info() {  // looked up once per device, not per call
     return d;
 }
 
+// The kernel instance of a layout with `stages` ring stages: the depth the layout prefers
+// (decode_plan::decode_stages) or the one that fits a GPU of 99 KB per CTA (decode_stages_small).
+template <class WF, int T, class Acts, bool PACKED, int RG>
+auto decode_instance(int stages) {
+    constexpr int PREF = decode_plan::decode_stages(T, Unit<WF>::VECS, PACKED, RG);
+    constexpr int SMALL = decode_plan::decode_stages_small(T, Unit<WF>::VECS, PACKED, RG);
+    return stages == PREF ? decode_kernel<WF, T, Acts, PACKED, RG, PREF>
+                          : decode_kernel<WF, T, Acts, PACKED, RG, SMALL>;
+}
+
 template <class WF, int T, class Acts>
 void launch_pass(const ActSource& src, const typename WF::block* W, float* C, int M, int K, int nb_total, int kb0,
                  int nb, bool accumulate, cudaStream_t stream) {
     const int nu = (nb + UNIT - 1) / UNIT;
-    // Long Q4_0 and Q8_0 rows at 3 tokens or more: 4 rows per warp step (decode_rows_per_step); rows of
-    // 16 units packed two to a step, or in that layout where decode_rows_of_16_in_fours says so.
-    // Q4_0's rows of 16 units at 2 to 4 tokens where they fill the SMs once (decode_q4_0_rows_of_16_in_fours).
-    constexpr int RG = decode_rows_per_step<WF>(T);
-    const bool units = nb_total % UNIT == 0 && kb0 % UNIT == 0;
-    const bool q4fours = units && nb == nb_total && decode_q4_0_rows_of_16_in_fours<WF, T>(M, nu, device_info().sms);
-    const bool packed = units && nb == nb_total && nu < 32 && 32 % nu == 0 &&
-                        !(nu == 16 && decode_rows_of_16_in_fours<WF>(T)) && !q4fours;
-    const int rg = packed ? 1 : q4fours ? 4 : RG;
-    const size_t smem = DecodeSmem(T, nu, Unit<WF>::VECS, decode_stages(T, Unit<WF>::VECS, packed, rg)).total;
-    constexpr int RG_Q4 = decode_q4_0_fours_possible<WF, T> ? 4 : RG;  // an instance only where it can run
-    auto kernel = packed    ? decode_kernel<WF, T, Acts, true, 1>
-                  : q4fours ? decode_kernel<WF, T, Acts, false, RG_Q4>
-                            : decode_kernel<WF, T, Acts, false, RG>;
+    const DeviceInfo& dev_info = device_info();
+    // The layout (packed short rows, or 1 or 4 rows a step), the ring's depth and the shared memory
+    // (decode_plan.h); it throws where the GPU's shared memory cannot hold even the smallest ring.
+    const decode_plan::DecodeLaunch plan = decode_plan::decode_launch(
+        decode_format<WF>(), T, M, nb_total, kb0, nb, dev_info.sms, decode_plan::planned_smem(dev_info.smem_optin));
+    constexpr int RG = decode_plan::decode_rows_per_step(decode_format<WF>(), T);
+    // Q4_0's rows of 16 units at 2 tokens in fours: the one layout whose rows per step differ from RG
+    constexpr int RG_Q4 = std::is_same<WF, w_q4_0>::value && T >= 2 && T <= 4 ? 4 : RG;
+    const bool alt = !plan.packed && plan.rg != RG;  // only Q4_0 at 2 tokens (decode_rows_of_16_in_fours)
+    auto kernel = plan.packed ? decode_instance<WF, T, Acts, true, 1>(plan.stages)
+                  : alt       ? decode_instance<WF, T, Acts, false, RG_Q4>(plan.stages)
+                              : decode_instance<WF, T, Acts, false, RG>(plan.stages);
+    const size_t smem = plan.smem;
     if (smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     int dev = 0;
     cudaGetDevice(&dev);
-    static int per_sm_cache[8][256][3] = {};  // CTAs per SM, by device, units per row and layout: a grid-size hint
-    int& per_sm = per_sm_cache[dev % 8][nu % 256][packed ? 0 : q4fours ? 1 : 2];
+    // CTAs per SM, by device, units per row, layout and ring depth (one kernel instance each): a grid-size hint
+    static int per_sm_cache[8][256][3][3] = {};
+    int& per_sm = per_sm_cache[dev % 8][nu % 256][plan.packed ? 0 : alt ? 1 : 2][(plan.stages - 1) % 3];
     if (per_sm == 0) {
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, DEC_THREADS, smem);
         per_sm = std::max(per_sm, 1);
     }
     // A few CTAs per SM, their warps looping over rows: enough warps to keep HBM busy, few enough
     // CTAs that the activations are not copied (or quantized) again for every 8 rows.
-    const int groups = (M + rg - 1) / rg;                          // a warp's rows per pass (packed rows: at least)
+    const int groups = (M + plan.rg - 1) / plan.rg;                // a warp's rows per pass (packed rows: at least)
     const int ctas_needed = (groups + DEC_WARPS - 1) / DEC_WARPS;  // one group per warp
-    const int ctas = std::max(1, std::min(ctas_needed, device_info().sms * std::min(per_sm, 2)));
+    const int ctas = std::max(1, std::min(ctas_needed, dev_info.sms * std::min(per_sm, 2)));
     // [excerpt: pdl_launch]
-    const bool pdl = Acts::PDL && device_info().major >= 9;  // PDL: sm_90 and later
+    const bool pdl = Acts::PDL && dev_info.major >= 9;  // PDL: sm_90 and later
     launch_maybe_pdl(kernel, dim3(ctas), dim3(DEC_THREADS), smem, stream, pdl, src, W, C, M, K, nb_total, kb0, nb,
                      accumulate);
     // [end excerpt: pdl_launch]
@@ -516,15 +457,11 @@ void launch_tokens(int T, const ActSource& src, const typename WF::block* W, flo
 template <class WF, class Acts>
 void gemm_q8_1_decode(const GemmProblem& p, cudaStream_t stream) {
     const int nb_total = p.K / QK, nu_total = (nb_total + UNIT - 1) / UNIT;
-    // K chunk of a pass of T tokens: as many whole units as fit in shared memory beside that pass's
-    // weight ring; an even number, so that every chunk's (d, s) pairs start 16-byte aligned. (Sized
-    // for the pass's own T: sized for 8 tokens, Q4_1's larger ring split K = 14336 in two passes.)
+    // K chunk of a pass of T tokens (decode_plan::decode_chunk_blocks): as many whole units as fit in
+    // shared memory beside that pass's weight ring.
+    const int smem_optin = decode_plan::planned_smem(device_info().smem_optin);
     auto chunk_for = [&](int T) {
-        const int budget = device_info().smem_optin -
-                           (int)DecodeSmem(0, 0, Unit<WF>::VECS, decode_stages(T, Unit<WF>::VECS, false)).total - 16 -
-                           8 * T - DECODE_RING_ALIGN;  // ds_pitch's rounding, the ring's alignment
-        const int chunk_units = std::max(2, budget / (T * SMEM_PER_TOKEN_UNIT) / 2 * 2);
-        return std::min(nb_total, chunk_units * UNIT);
+        return decode_plan::decode_chunk_blocks(decode_format<WF>(), T, nb_total, smem_optin);
     };
     const float* A = (const float*)p.A;
     int4* img_qs = (int4*)p.workspace;
