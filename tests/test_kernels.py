@@ -194,7 +194,7 @@ SMALL_SMEM_PARAMS = [
         p.values[0], cap, *shape, marks=p.marks, id=f"{p.values[0]}-{cap // 1024}KB-M{shape[0]}N{shape[1]}K{shape[2]}"
     )
     for p in KERNEL_PARAMS
-    if "decode" in p.values[0] and qk.KERNELS[p.values[0]].wfmt in ("q4_0", "q4_1", "q8_0")
+    if "q8_1_decode" in p.values[0] and qk.KERNELS[p.values[0]].wfmt in ("q4_0", "q4_1", "q8_0")
     for cap in (99 * 1024, 163 * 1024)
     for shape in SMALL_SMEM_SHAPES
 ]
@@ -205,7 +205,9 @@ def test_decode_kernels_within_less_shared_memory(kernel, cap, M, N, K):
     """The decode kernels with their plan capped to the shared memory of a GPU with less than this
     one (99 KB: sm_86, sm_89, sm_120; 163 KB: A100): the shallower rings and shorter K chunks of
     decode_plan.h, run here, against the reference."""
-    ops = torch.ops.quantgemm
+    from quantgemm_kernels import api
+
+    ops = api._ops()
     before = ops.decode_smem_cap(cap)
     try:
         err, C, ref = check_kernel(kernel, M, N, K, "normal", seed=M + N + K)
