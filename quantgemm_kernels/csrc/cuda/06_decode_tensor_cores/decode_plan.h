@@ -49,9 +49,11 @@ inline int planned_smem(int smem_optin) {
 // Shared memory per token and unit of 8 blocks: 17 vectors of quants (16 + a pad), 9 (d, s) pairs
 constexpr int SMEM_PER_TOKEN_UNIT = QG_DECODE_UNIT_VECS * 16 + QG_DECODE_UNIT_DS * 8;  // 344 bytes
 
+// [excerpt: ds_pitch]
 // One token's (d, s) pairs take an even number of float2 (a whole number of 16-byte vectors), so
 // that every token row, in the workspace and in shared memory, can be copied with cp.async.
 QG_DECODE_HD constexpr int ds_pitch(int nu) { return (nu * QG_DECODE_UNIT_DS + 1) / 2 * 2; }
+// [end excerpt: ds_pitch]
 
 // Shared memory of one launch: activation quants | activation (d, s) | one ring of `stages` steps
 // per warp | the activations' mbarrier. T tokens, nu units of 8 blocks per row, unit_vecs 16-byte
