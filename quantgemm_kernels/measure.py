@@ -580,10 +580,9 @@ def measure_shape(
                     )
                 )
 
+        plans = []  # (side, regime, copies, calls, fn or runner)
         launches = {("llama.cpp", r): "ggml_backend_graph_compute" for r in ("cold", "warm")}
-
-        def plans_of(side, make, copies):  # (side, regime, copies, calls, fn, runner), cold and warm
-            out = []
+        for side, make, copies, _out in sides:
             for regime, c in (("cold", copies), ("warm", 1)):
                 calls = calls_for(c, min_calls)
                 made = make(c, calls)
@@ -593,33 +592,12 @@ def measure_shape(
                     made()  # warm-up: module load, cuBLAS heuristics, the allocator's blocks
                     fn, launch = graphed(made)
                     launches[(side.name, regime)] = launch
-                out.append((side, regime, c, calls, fn, made))
-            return out
-
-        # llama.cpp's runners (their weight copies, ggml's graphs) exist only for llama.cpp's own
-        # runs: while they were alive, our decode calls measured 0.3 to 0.5 us slower on an H200, and
-        # llama.cpp's calls the same with ours alive or not (bench_results/nvidia-h200/2026-11-29/
-        # ggml-order.txt). The other sides' runs are profiled together, before and after them.
-        plans, results, batch = [], [], []
-
-        def run_batch():
-            if batch:
-                torch.cuda.synchronize()
-                results.extend(profile_runs([(p[4], p[3]) for p in batch]))
-                plans.extend(batch)
-                batch.clear()
-
-        for side, make, copies, _out in sides:
-            if side.source == "llama.cpp":
-                run_batch()
-                batch.extend(plans_of(side, make, copies))
-                runners = [p[5] for p in batch]
-                run_batch()
-                for r in runners:
-                    r.close()
-            else:
-                batch.extend(plans_of(side, make, copies))
-        run_batch()
+                plans.append((side, regime, c, calls, fn, made))
+        torch.cuda.synchronize()
+        results = profile_runs([(p[4], p[3]) for p in plans])
+        for p in plans:
+            if p[0].source == "llama.cpp":
+                p[5].close()
         out_by_side = {side.name: out for side, _m, _c, out in sides}
         g_out = out_by_side.get("llama.cpp")
         for (side, regime, copies, calls, _fn, _made), res in zip(plans, results):
