@@ -94,7 +94,16 @@
 // Two weight stages per loop iteration where the tile has 16 to 64 tokens (PAIR below): one drain of
 // the wgmma pipeline per 8 steps instead of 4. H100, one machine, two builds: Q4_0 14336 x 4096
 // N = 48 23.78 -> 22.78 us, N = 64 23.84 -> 22.98, elsewhere 0 to 2 %, Q8_0 unchanged
-// (f16-pair-ab.txt). At 128 tokens ptxas cannot pipeline the wgmmas of two stages (C7511).
+// (f16-pair-ab.txt). At 128 tokens ptxas could not pipeline the wgmmas of two stages (C7511) while
+// the steps alternated between two accumulators (a wgmma chained on the accumulator of the step in
+// flight had made ptxas serialize every wgmma, C7513, in an earlier form of the loop). With the loop
+// of today one accumulator compiles without an advisory, which leaves 64 registers a thread free
+// at 128 tokens, and those tiles take two stages too. H200, one machine, two builds run base / new /
+// base / new (bench_results/nvidia-h200/2026-11-29/f16-acc1-ab.txt), weights cold: Q4_0 4096 x 14336
+// N = 512 99.61 / 99.53 -> 97.57 / 97.65 us, N = 2048 395.39 / 396.25 -> 389.63 / 387.12; 14336 x 4096
+// N = 512 115.47 / 115.09 -> 113.49 / 113.23; geometric mean over N >= 256 0.9905; Q8_0 within 1 %.
+// Four stages per iteration (same run) no better: 0.9912 over N >= 256, 2 % slower at 16 tokens on
+// 4096 x 4096.
 // Tried and lost: rounding the float32 activations to fp16 inside the GEMM for tiles of up to 32
 // tokens, instead of the conversion kernel before it (whose work the GEMM's first weight copies
 // overlap: they go before grid_dependency_wait). Warps 1-3 of the producer warpgroup did it, 96
@@ -372,10 +381,8 @@ __global__ void __launch_bounds__(THREADS, 1)
     const int lane = tid % 32, warp = tid / 32;
     const int g = lane / 4, t = lane % 4;
     const int r0 = 64 * (warp / 4) + 16 * (warp % 4) + g;
-    // Two accumulators, one per set: a wgmma chained on the accumulator of the step in flight would
-    // make ptxas serialize every wgmma (its advisory C7513: registers written between the start and
-    // end of a pipeline stage), so steps alternate between them; their sum ends the K loop.
-    float acc[2][NT / 2] = {};
+    // One accumulator for the whole of K: every wgmma adds to it, the steps' wgmmas chained.
+    float acc[NT / 2] = {};
     const int64_t row_bytes = (int64_t)nb * B;
     // The weights' rows: in the stage (TMA), or in global memory (rows past M read as row M - 1 and
     // zeroed below; blocks past K are zeros).
@@ -424,7 +431,7 @@ __global__ void __launch_bounds__(THREADS, 1)
         const uint32_t dlo = (uint32_t)adesc0 + (uint32_t)ai * (CF::ACT_BYTES >> 4), dhi = (uint32_t)(adesc0 >> 32);
 #pragma unroll
         for (int h = 0; h < 4; h++)  // k 16h of 64: the start address + 32h bytes
-            wgmma_f16(acc[SET], f[SET][h], (uint64_t)dhi << 32 | (dlo + 2 * h));
+            wgmma_f16(acc, f[SET][h], (uint64_t)dhi << 32 | (dlo + 2 * h));
         wgmma_commit();
         wgmma_wait<1>();  // the previous step's wgmmas are done: its activation stage is free
         if (prev_ai >= 0) bar_arrive(&sm.aempty[prev_ai]);
@@ -442,20 +449,18 @@ __global__ void __launch_bounds__(THREADS, 1)
         if (a0 + 3 < a_end) step(std::integral_constant<int, 3>{}, a0);
         if (++wi == WS) wi = 0, wph ^= 1;
     };
-    // Not at 128 tokens (ptxas then lacks the registers to pipeline the wgmmas: advisory C7511) nor
-    // where the weights come from global memory (a spill).
-    constexpr int PAIR = NT < 128 && TMA_W ? 2 : 1;
+    // Two, at every tile width; one where the weights come from global memory (a spill).
+    constexpr int PAIR = TMA_W ? 2 : 1;
     for (int a0 = a_begin; a0 < a_end; a0 += PAIR * A_PER_W) {
         stage(a0);
-        if (PAIR == 2 && a0 + A_PER_W < a_end) stage(a0 + A_PER_W);
+#pragma unroll
+        for (int q = 1; q < PAIR; q++)
+            if (a0 + q * A_PER_W < a_end) stage(a0 + q * A_PER_W);
         wgmma_wait<0>();
     }
     wgmma_wait<0>();
     allow_dependent_launch();  // the split-K sum (PDL) may be scheduled: it waits for our stores itself
-    fence_acc(acc[0]);
-    fence_acc(acc[1]);
-#pragma unroll
-    for (int e = 0; e < NT / 2; e++) acc[0][e] += acc[1][e];
+    fence_acc(acc);
 
     // acc[4j + q]: row m0 + r0 + 8 (q / 2), token n0 + 8j + 2t + q % 2
     float* out = SPLIT ? C + blockIdx.z * split_plane : C;
@@ -464,7 +469,7 @@ __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
         for (int q = 0; q < 4; q++) {
             const int n = n0 + 8 * j + 2 * t + q % 2, m = m0 + r0 + 8 * (q / 2);
-            if (n < N && m < M) out[(int64_t)n * M + m] = acc[0][4 * j + q];
+            if (n < N && m < M) out[(int64_t)n * M + m] = acc[4 * j + q];
         }
 #endif
 }
