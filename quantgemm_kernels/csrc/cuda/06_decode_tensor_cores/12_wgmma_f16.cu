@@ -98,8 +98,8 @@
 // the steps alternated between two accumulators (a wgmma chained on the accumulator of the step in
 // flight had made ptxas serialize every wgmma, C7513, in an earlier form of the loop). With the loop
 // of today one accumulator compiles without an advisory, which leaves 64 registers a thread free
-// at 128 tokens, and those tiles take two stages too. H200, one machine, two builds run base / new /
-// base / new (bench_results/nvidia-h200/2026-11-29/f16-acc1-ab.txt), weights cold: Q4_0 4096 x 14336
+// at 128 tokens, and those tiles take two stages too. H200, one machine, three builds run in turn
+// twice (bench_results/nvidia-h200/2026-11-29/f16-acc1-ab.txt), weights cold: Q4_0 4096 x 14336
 // N = 512 99.61 / 99.53 -> 97.57 / 97.65 us, N = 2048 395.39 / 396.25 -> 389.63 / 387.12; 14336 x 4096
 // N = 512 115.47 / 115.09 -> 113.49 / 113.23; geometric mean over N >= 256 0.9905; Q8_0 within 1 %.
 // Four stages per iteration (same run) no better: 0.9912 over N >= 256, 2 % slower at 16 tokens on
