@@ -104,6 +104,11 @@
 // N = 512 115.47 / 115.09 -> 113.49 / 113.23; geometric mean over N >= 256 0.9905; Q8_0 within 1 %.
 // Four stages per iteration (same run) no better: 0.9912 over N >= 256, 2 % slower at 16 tokens on
 // 4096 x 4096.
+// Not yet timed: tiles of 256 tokens past 256 tokens (wgmma m64n256k16, 128 accumulator registers,
+// one weight stage per iteration: with two, ptxas serializes the wgmmas, C7512), so that each
+// dequantized weight fragment serves twice the tokens. It compiles without an advisory or a spill
+// and passed, on an H200, the fp16 step's tests (tests/test_kernels.py, tests/test_tensor_cores.py)
+// and memcheck and racecheck on two shapes that reach it; the device time for its A/B ran out.
 // Tried and lost: rounding the float32 activations to fp16 inside the GEMM for tiles of up to 32
 // tokens, instead of the conversion kernel before it (whose work the GEMM's first weight copies
 // overlap: they go before grid_dependency_wait). Warps 1-3 of the producer warpgroup did it, 96
