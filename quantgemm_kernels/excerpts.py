@@ -34,6 +34,8 @@ PACKAGE = Path(__file__).resolve().parent
 CSRC = PACKAGE / "csrc"
 SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".h", ".hpp", ".cu", ".cuh")
 
+#: The line an excerpt is printed under (Excerpt.__str__): its file under the package, its lines.
+HEADER = re.compile(r"^--- (csrc/\S+), lines (\d+)-(\d+) ---$")
 _OPEN = re.compile(r"^\s*//\s*\[excerpt:\s*(?P<name>[A-Za-z0-9_-]+)\s*\]\s*$")
 _CLOSE = re.compile(r"^\s*//\s*\[end excerpt:\s*(?P<name>[A-Za-z0-9_-]+)\s*\]\s*$")
 _MARKERISH = re.compile(r"\[\s*(end\s+)?excerpt\b")  # any line that tries to be a marker

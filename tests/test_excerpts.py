@@ -171,3 +171,47 @@ def test_diff_leaves_out_headers_and_markers(tmp_path):
         "+int x;",
         "+int y2;",
     ]
+
+
+def _stored_excerpts(path: Path) -> list[tuple[str, int, str, int, int, list[str]]]:
+    """(notebook, cell, file under csrc/, first, last, the printed lines) of every excerpt header
+    ``--- csrc/FILE, lines A-B ---`` in a notebook's stored outputs, with the lines printed after
+    it up to the next header or a blank line."""
+    nb = nbformat.read(path, as_version=4)
+    found = []
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        text = "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("output_type") == "stream")
+        lines = text.splitlines()
+        for j, line in enumerate(lines):
+            head = excerpts.HEADER.match(line)
+            if head:
+                body = []
+                for nxt in lines[j + 1 :]:
+                    if not nxt.strip() or excerpts.HEADER.match(nxt):
+                        break
+                    body.append(nxt)
+                found.append((path.name, i, head[1], int(head[2]), int(head[3]), body))
+    return found
+
+
+STORED = [s for nb in NOTEBOOKS for s in _stored_excerpts(nb)]
+
+
+def test_notebooks_store_excerpts():
+    assert len(STORED) >= 50  # the chapters print their code this way: a scan that finds none is broken
+
+
+@pytest.mark.parametrize("nb,cell,file,first,last,body", STORED, ids=[f"{s[0]}-{s[1]}-{s[3]}" for s in STORED])
+def test_stored_excerpts_match_the_sources(nb, cell, file, first, last, body):
+    """An excerpt the book shows (a cell's stored output) is what the file holds at those lines
+    today: a source edited since the cell last ran (a longer header comment moves every excerpt
+    below it) fails here, until the cell is run again (tools/execute_cells.py)."""
+    path = excerpts.PACKAGE / file
+    assert path.exists(), f"{nb} cell {cell}: {file} no longer exists"
+    now = [line for line in path.read_text().splitlines()[first - 1 : last] if not excerpts.is_marker(line)]
+    assert body == now[: len(body)] and len(body) >= min(len(now), 1), (
+        f"{nb} cell {cell}: the stored excerpt of {file}, lines {first}-{last}, differs from the file; "
+        "run the cell again (tools/execute_cells.py)"
+    )
