@@ -7,8 +7,8 @@
 //
 // The rules were measured on Hopper, where everything fits; a GPU with less shared memory gets the
 // same layout with fewer ring stages where the preferred ring does not fit (Q8_0's ring of 2 steps
-// per warp is 139 KB, Q4_0's of 3 steps 111 KB), and shorter K chunks. One step in flight per warp
-// still leaves 8 per SM: 35 KB of Q4_0 or 70 KB of Q8_0, against the ~5 KB an SM of an RTX 4090
+// per warp is 136 KB, Q4_0's of 3 steps 108 KB), and shorter K chunks. One step in flight per warp
+// still leaves 8 per SM: 36 KB of Q4_0 or 68 KB of Q8_0, against the ~5 KB an SM of an RTX 4090
 // (1 TB/s over 128 SMs) needs in flight to cover ~600 ns of DRAM latency. Not measured on such a GPU.
 #pragma once
 #include <atomic>
@@ -163,7 +163,8 @@ inline DecodeLaunch decode_launch(DecodeFormat f, int T, int M, int nb_total, in
 // the long rows' ring (the layout a chunk of K takes); an even number of units, so that every
 // chunk's (d, s) pairs start 16-byte aligned. Sized for the pass's own T: sized for 8 tokens,
 // Q4_1's larger ring split K = 14336 in two passes. A pass that covers K whole may take the packed
-// or the four-row layout instead, whose rings are no larger (decode_launch checks).
+// or the four-row layout instead: decode_launch fits each launch's ring to the GPU (Q4_0's four-row
+// layout only where its 3 stages fit, decode_rows_of_16_in_fours).
 inline int decode_chunk_blocks(DecodeFormat f, int T, int nb_total, int smem_optin) {
     const int rg = decode_rows_per_step(f, T);
     int stages = decode_stages(T, f.unit_vecs, false, rg);
