@@ -285,6 +285,7 @@ F16_SHAPES = [
     (256, 20, 1056),  # 32-token tiles, weights from global memory, split
     (256, 40, 1440),  # 64-token tiles, the same
     (256, 9, 1056),  # 16-token tiles, the same
+    (2000, 1100, 2048),  # 256-token tiles, unsplit, the last one 76 tokens (700 x 1056 above: split, no TMA box)
 ]
 
 
@@ -307,7 +308,7 @@ def test_fp16_step_on_llm_sizes(kernel, dist, M, N, K):
 def test_fp16_step_takes_fp16_activations(kernel, M, N, K):
     """Given float16 A, the fp16 step skips its conversion pass and reads A as it is: the result is
     bit for bit that of the same values as float32 (whose conversion to fp16 is then exact), on
-    tiles of 16 to 128 tokens, split K or not, weights by TMA box or from global memory; NaN and inf
+    tiles of 16 to 256 tokens, split K or not, weights by TMA box or from global memory; NaN and inf
     in A land where they do through the float32 path."""
     k = qk.KERNELS[kernel]
     g = torch.Generator().manual_seed(M + N)

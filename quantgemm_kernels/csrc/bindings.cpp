@@ -529,6 +529,14 @@ int64_t wgmma_splits_op(int64_t N, int64_t M, int64_t K, int64_t sms) {
     return wgmma_splits(N, M, K, (int)sms);
 }
 
+// The fp16 step's tile of tokens and splits of K (gemm.h's f16_tile_tokens and f16_splits, what its
+// launcher takes) for a shape on a GPU of `sms` SMs: [tokens per tile, splits]. On any machine.
+std::vector<int64_t> f16_plan_op(int64_t N, int64_t M, int64_t K, int64_t sms) {
+    QG_CHECK(N > 0 && M > 0 && K > 0 && K % QK == 0 && sms > 0 && sms <= 4096, "f16_plan: N, M, K (a multiple of ", QK,
+             ") and sms must be positive, got N = ", N, ", M = ", M, ", K = ", K, ", sms = ", sms);
+    return {f16_tile_tokens(N, M, K, (int)sms), f16_splits(N, M, K, (int)sms)};
+}
+
 // The decode kernel's plan of a pass of T tokens (cuda/06_decode_tensor_cores/decode_plan.h) on a GPU
 // of `sms` SMs allowing `smem_optin` bytes of shared memory per CTA: [packed, rows per step, ring
 // stages, bytes of shared memory per CTA, blocks of K per launch] of the pass's first launch, the one
@@ -621,6 +629,7 @@ TORCH_LIBRARY(quantgemm, m) {
     m.def("cpu_gemv_simd() -> bool", &cpu_gemv_simd);
     m.def("parallel_threads_used(int range, int grain) -> int", &parallel_threads_used);
     m.def("wgmma_splits(int N, int M, int K, int sms) -> int", &wgmma_splits_op);
+    m.def("f16_plan(int N, int M, int K, int sms) -> int[]", &f16_plan_op);
     m.def("decode_plan(str fmt, int T, int M, int K, int sms, int smem_optin) -> int[]", &decode_plan_op);
     m.def("decode_smem_cap(int bytes) -> int", &decode_smem_cap_op);
 }

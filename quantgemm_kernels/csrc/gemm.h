@@ -73,15 +73,32 @@ inline size_t splitk_workspace_bytes(int64_t N, int64_t M, int64_t K, int sms) {
 // The eighth wgmma step (cuda/06_decode_tensor_cores/12_wgmma_f16.cu): the activations as fp16
 // [N][K] at the start of the workspace (not when the caller gives them as fp16: a_f16), then (split
 // K) the partial sums, splits planes of N x M floats. A tile is 128 weight rows by
-// f16_tile_tokens(N) tokens (N rounded up to the wgmma's N of 16, 32, 64 or 128); K is split in
+// f16_tile_tokens(N, M, K, sms) tokens (the wgmma's N: 16, 32, 64, 128 or 256); K is split in
 // steps of 8 blocks while the tiles leave SMs idle, each split keeping at least QG_F16_MIN_STEPS
 // steps.
 constexpr int QG_F16_TILE = 128, QG_F16_MAX_SPLITS = 8, QG_F16_MIN_STEPS = 2;
-inline int f16_tile_tokens(int64_t N) { return N <= 16 ? 16 : N <= 32 ? 32 : N <= 64 ? 64 : 128; }
-inline int f16_splits(int64_t N, int64_t M, int64_t K, int sms) {
-    const int64_t nt = f16_tile_tokens(N);
-    const int64_t tiles = ((M + QG_F16_TILE - 1) / QG_F16_TILE) * ((N + nt - 1) / nt);
+inline int f16_tile_splits(int64_t tiles, int64_t K, int sms) {
     return splits_for(tiles, (K / QK + 7) / 8, QG_F16_MIN_STEPS, QG_F16_MAX_SPLITS, sms);
+}
+// Up to 128 tokens, N rounded up to the next width. Past 256, tiles of 256 tokens where they pay:
+// each dequantized weight fragment serves twice the tokens, 12 to 18 % less time from N = 1024
+// (H200, weights cold: bench_results/nvidia-h200/2026-11-29/f16-nt256-ab.txt). Not where rounding N
+// up to 256 pads more than that saves (a 256-token tile costing 1.75 of a full 128-token one:
+// N = 300, 384, 640 keep 128), nor where the 256-token tiles alone would split K and the 128-token
+// ones would not, unless K is long enough for the split's sum pass (splits + 1 planes of N x M
+// floats) to be small against the GEMM: M = 4096, N = 512, K = 4096 took 13 % longer with 256-token
+// tiles, K = 14336 2 % less; the threshold between them is the estimate below, not measured.
+constexpr int64_t QG_F16_SPLIT256_MIN_K = 8192;
+inline int f16_tile_tokens(int64_t N, int64_t M, int64_t K, int sms) {
+    if (N <= 128) return N <= 16 ? 16 : N <= 32 ? 32 : N <= 64 ? 64 : 128;
+    const int64_t rows = (M + QG_F16_TILE - 1) / QG_F16_TILE, t128 = (N + 127) / 128, t256 = (N + 255) / 256;
+    if (N <= 256 || 7 * t256 > 4 * t128) return 128;
+    const bool splits_more = f16_tile_splits(rows * t256, K, sms) > 1 && f16_tile_splits(rows * t128, K, sms) == 1;
+    return splits_more && K < QG_F16_SPLIT256_MIN_K ? 128 : 256;
+}
+inline int f16_splits(int64_t N, int64_t M, int64_t K, int sms) {
+    const int64_t nt = f16_tile_tokens(N, M, K, sms);
+    return f16_tile_splits(((M + QG_F16_TILE - 1) / QG_F16_TILE) * ((N + nt - 1) / nt), K, sms);
 }
 inline size_t f16_splits_offset(int64_t N, int64_t K, bool a_f16) {
     return a_f16 ? 0 : ((size_t)N * K * 2 + 255) / 256 * 256;

@@ -12,7 +12,7 @@
 // 4096 x 14336, H100: small-sweep-082729.json). Here
 // the scale goes into the weights: each weight is d (q - 8) (Q8_0: d q) as an fp16, the
 // activations are rounded to fp16, and one accumulator runs through the whole of K (wgmma
-// m64nNk16, f32 += f16 x f16, N = 16, 32, 64 or 128 tokens per CTA: gemm.h's f16_tile_tokens).
+// m64nNk16, f32 += f16 x f16, N = 16, 32, 64, 128 or 256 tokens per CTA: gemm.h's f16_tile_tokens).
 // The weights are unpacked in registers, once per tile of tokens, as a register-sourced A operand
 // (the weight rows are the wgmma's M, as in the seventh step): a Q4_0 row's 4 values of a k16 step
 // come from two 16-bit loads, a byte permute, and per register one mask and OR (one lop3: the half
@@ -104,11 +104,15 @@
 // N = 512 115.47 / 115.09 -> 113.49 / 113.23; geometric mean over N >= 256 0.9905; Q8_0 within 1 %.
 // Four stages per iteration (same run) no better: 0.9912 over N >= 256, 2 % slower at 16 tokens on
 // 4096 x 4096.
-// Not yet timed: tiles of 256 tokens past 256 tokens (wgmma m64n256k16, 128 accumulator registers,
-// one weight stage per iteration: with two, ptxas serializes the wgmmas, C7512), so that each
-// dequantized weight fragment serves twice the tokens. It compiles without an advisory or a spill
-// and passed, on an H200, the fp16 step's tests (tests/test_kernels.py, tests/test_tensor_cores.py)
-// and memcheck and racecheck on two shapes that reach it; the device time for its A/B ran out.
+// Tiles of 256 tokens (wgmma m64n256k16, 128 accumulator registers a thread, one weight stage per
+// loop iteration) so that each dequantized weight fragment serves twice the tokens. H200, one
+// machine, the two builds run in turn twice, weights cold (bench_results/nvidia-h200/2026-11-29/
+// f16-nt256-ab.txt): Q4_0 4096 x 14336 N = 1024 194.98 / 195.10 -> 172.78 / 172.90 us, N = 4096
+// 783.74 / 787.50 -> 683.90 / 686.16; 14336 x 4096 N = 512 113.34 / 113.76 -> 95.30 / 95.13; Q8_0
+// 4096 x 14336 N = 2048 426.14 / 424.99 -> 363.93 / 363.45. Slower where the 256-token tiles are too
+// few for the SMs and split K on short rows (4096 x 4096 N = 512: 32.61 / 32.53 -> 36.74 / 37.06, the
+// split's sum pass) and level at N = 256 (one 256-token tile against two of 128); gemm.h's
+// f16_tile_tokens takes them where they paid.
 // Tried and lost: rounding the float32 activations to fp16 inside the GEMM for tiles of up to 32
 // tokens, instead of the conversion kernel before it (whose work the GEMM's first weight copies
 // overlap: they go before grid_dependency_wait). Warps 1-3 of the producer warpgroup did it, 96
@@ -184,7 +188,7 @@ static_assert(A_PER_W == 4, "a weight stage is four activation stages: the consu
 constexpr int CONSUMERS = 256, THREADS = CONSUMERS + 128;  // two consumer warpgroups, a producer
 constexpr int SMEM_BUDGET = 220 * 1024;                    // the H100 allows 227 KB a CTA
 
-// NT tokens per CTA (the wgmma's N: 16, 32, 64 or 128, gemm.h's f16_tile_tokens(N)).
+// NT tokens per CTA (the wgmma's N: 16, 32, 64, 128 or 256, gemm.h's f16_tile_tokens).
 template <class WF, int NT>
 struct Cfg {
     static constexpr int B = (int)sizeof(typename WF::block);
@@ -272,6 +276,38 @@ __device__ __forceinline__ void wgmma_f16(float (&d)[64], const uint32_t (&a)[4]
           "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
           "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
           "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(SCALE_D));
+}
+template <int SCALE_D = 1>
+__device__ __forceinline__ void wgmma_f16(float (&d)[128], const uint32_t (&a)[4], uint64_t b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
+        "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, "
+        "%45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, "
+        "%67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, "
+        "%89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, "
+        "%109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, "
+        "%127}, "
+        "{%128, %129, %130, %131}, %132, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+          "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+          "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+          "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
+          "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
+          "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+          "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]),
+          "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]),
+          "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]),
+          "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]),
+          "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]),
+          "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]),
+          "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]),
+          "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]),
+          "+f"(d[126]), "+f"(d[127])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(SCALE_D));
 }
 template <int R>
@@ -454,8 +490,9 @@ __global__ void __launch_bounds__(THREADS, 1)
         if (a0 + 3 < a_end) step(std::integral_constant<int, 3>{}, a0);
         if (++wi == WS) wi = 0, wph ^= 1;
     };
-    // Two, at every tile width; one where the weights come from global memory (a spill).
-    constexpr int PAIR = TMA_W ? 2 : 1;
+    // Two up to 128 tokens; one at 256 (128 accumulator registers: with two stages ptxas serializes
+    // the wgmmas, C7512) and where the weights come from global memory (a spill).
+    constexpr int PAIR = TMA_W && NT < 256 ? 2 : 1;
     for (int a0 = a_begin; a0 < a_end; a0 += PAIR * A_PER_W) {
         stage(a0);
 #pragma unroll
@@ -548,11 +585,15 @@ void launch_f16(const GemmProblem& p, cudaStream_t stream) {
 }
 template <class WF>
 void gemm_f16(const GemmProblem& p, cudaStream_t stream) {
-    switch (f16_tile_tokens(p.N)) {  // the tokens rounded up to the wgmma's N (gemm.h)
+    int dev = 0, sms = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    switch (f16_tile_tokens(p.N, p.M, p.K, sms)) {  // the wgmma's N for these tokens (gemm.h)
         case 16: launch_f16<WF, 16>(p, stream); break;
         case 32: launch_f16<WF, 32>(p, stream); break;
         case 64: launch_f16<WF, 64>(p, stream); break;
-        default: launch_f16<WF, 128>(p, stream);
+        case 128: launch_f16<WF, 128>(p, stream); break;
+        default: launch_f16<WF, 256>(p, stream);
     }
 }
 }  // namespace
