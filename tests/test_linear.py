@@ -282,24 +282,27 @@ def test_split_k_fills_the_sms_once():
 
 def test_fp16_step_takes_256_token_tiles_where_they_paid():
     """gemm.h's f16_tile_tokens and f16_splits (the fp16 step's tokens per tile and splits of K),
-    through their operator: N rounded up to 16, 32, 64 or 128 up to 128 tokens; 128 up to 256 and
-    where 256-token tiles would pad N by much more (300, 384, 640); 256 from 512 tokens on
-    Llama-3-8B's layers on 132 SMs, except the one measured loss, 4096 x 4096 at 512 tokens (its
-    256-token tiles would split K = 4096, its 128-token ones fill the SMs unsplit); splits only
-    where the tiles leave half the SMs idle."""
+    through their operator, on 132 SMs: N rounded up to 16, 32, 64 or 128 up to 128 tokens, 128 up
+    to 256; past that 256 where its waves of CTAs are more than 1.7 times fewer, or where both fit
+    one wave, N pads no more and K is long (then the 256-token tiles split K); splits only where
+    the tiles leave at least half the SMs idle. The cells are the measured ones (gemm.h)."""
     from quantgemm_kernels import api
 
     plan = api._ops().f16_plan
     assert [plan(n, 4096, 4096, 132)[0] for n in (1, 16, 17, 33, 65, 128, 129, 256)] == [16, 16, 32, 64, 128, 128, 128, 128]
-    assert [plan(n, 4096, 14336, 132)[0] for n in (300, 384, 640, 768, 1100, 2048, 4096)] == [128, 128, 128, 256, 256, 256, 256]
-    assert plan(512, 4096, 4096, 132) == [128, 1]  # 256-token tiles: 64, split in 2 over K = 4096
-    assert plan(512, 4096, 14336, 132) == [256, 2]  # the same split, over K = 14336
-    assert plan(512, 14336, 4096, 132) == [256, 1]  # 224 tiles
-    assert plan(1024, 4096, 4096, 132) == [256, 1]  # 128 tiles
-    for n, m, k in [(512, 4096, 14336), (16, 4096, 4096), (700, 257, 1056), (1100, 2000, 2048)]:
+    ns = (300, 384, 512, 640, 768, 1024, 1100, 2048, 4096)
+    assert [plan(n, 4096, 14336, 132)[0] for n in ns] == [128, 128, 256, 256, 256, 256, 128, 256, 256]
+    assert [plan(n, 4096, 4096, 132)[0] for n in ns] == [128, 128, 128, 256, 256, 256, 128, 256, 256]
+    assert [plan(n, 14336, 4096, 132)[0] for n in ns] == [128, 128, 256, 128, 256, 256, 128, 256, 256]
+    assert plan(512, 4096, 4096, 132) == [128, 1]  # 128 tiles fill the SMs; 256-token ones would split K = 4096
+    assert plan(512, 4096, 14336, 132) == [256, 2]  # the same, over K = 14336: 64 tiles, 2 splits
+    assert plan(384, 4096, 14336, 132) == [128, 1]  # 256-token tiles would pad 384 to 512
+    assert plan(640, 4096, 4096, 132) == [256, 1]  # 96 tiles, one wave, against 160 (two)
+    for n, m, k in [(512, 4096, 14336), (16, 4096, 4096), (700, 257, 1056), (1100, 2000, 2048), (512, 2100, 8224)]:
         nt, s = plan(n, m, k, 132)
         tiles = -(-m // 128) * -(-n // nt)
         assert s == 1 or tiles * s <= 132, (n, m, k, nt, s)
+    assert plan(512, 4096, 14336, 114) == [256, 1]  # H100 PCIe: 128-token tiles would take two waves of 114
     with pytest.raises(RuntimeError, match="must be positive"):
         plan(0, 4096, 4096, 132)
     with pytest.raises(RuntimeError, match="a multiple of 32"):

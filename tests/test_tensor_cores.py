@@ -285,7 +285,10 @@ F16_SHAPES = [
     (256, 20, 1056),  # 32-token tiles, weights from global memory, split
     (256, 40, 1440),  # 64-token tiles, the same
     (256, 9, 1056),  # 16-token tiles, the same
-    (2000, 1100, 2048),  # 256-token tiles, unsplit, the last one 76 tokens (700 x 1056 above: split, no TMA box)
+    (2000, 1100, 2048),  # 256-token tiles, unsplit, the last one 76 tokens
+    (1000, 2100, 1056),  # 256-token tiles, weights from global memory
+    (2100, 512, 8192),  # 256-token tiles splitting a long K (as 4096 x 512 x 14336 above)
+    (2100, 512, 8224),  # the same, weights from global memory
 ]
 
 
