@@ -282,10 +282,10 @@ def test_split_k_fills_the_sms_once():
 
 def test_fp16_step_takes_256_token_tiles_where_they_paid():
     """gemm.h's f16_tile_tokens and f16_splits (the fp16 step's tokens per tile and splits of K),
-    through their operator, on 132 SMs: N rounded up to 16, 32, 64 or 128 up to 128 tokens, 128 up
-    to 256; past that 256 where its waves of CTAs are more than 1.7 times fewer, or where both fit
-    one wave, N pads no more and K is long (then the 256-token tiles split K); splits only where
-    the tiles leave at least half the SMs idle. The cells are the measured ones (gemm.h)."""
+    through their operator, on 132 SMs: N rounded up to 16, 32, 64 or 128 up to 128 tokens; past
+    that 256 where its waves of CTAs are more than 1.7 times fewer, or where both fit one wave, N
+    pads no more and K is long (then the 256-token tiles split K); splits only where the tiles leave
+    at least half the SMs idle. The cells are the measured ones (gemm.h)."""
     from quantgemm_kernels import api
 
     plan = api._ops().f16_plan
@@ -299,6 +299,8 @@ def test_fp16_step_takes_256_token_tiles_where_they_paid():
     assert plan(512, 4096, 14336, 132) == [256, 2]  # the same, over K = 14336: 64 tiles, 2 splits
     assert plan(384, 4096, 14336, 132) == [128, 1]  # 256-token tiles would pad 384 to 512
     assert plan(640, 4096, 4096, 132) == [256, 1]  # 96 tiles, one wave, against 160 (two)
+    assert [plan(n, 14336, 4096, 132)[0] for n in (129, 160, 192, 256)] == [256] * 4  # 112 tiles, not 224
+    assert plan(256, 4096, 14336, 132) == [128, 2]  # 64 tiles, split: 256-token ones would split in 4
     for n, m, k in [(512, 4096, 14336), (16, 4096, 4096), (700, 257, 1056), (1100, 2000, 2048), (512, 2100, 8224)]:
         nt, s = plan(n, m, k, 132)
         tiles = -(-m // 128) * -(-n // nt)

@@ -289,6 +289,8 @@ F16_SHAPES = [
     (1000, 2100, 1056),  # 256-token tiles, weights from global memory
     (2100, 512, 8192),  # 256-token tiles splitting a long K (as 4096 x 512 x 14336 above)
     (2100, 512, 8224),  # the same, weights from global memory
+    (8500, 256, 2048),  # 256-token tiles at 256 tokens: 67 tiles in one wave, not 134 in two
+    (14336, 200, 1056),  # the same at 200 tokens, weights from global memory
 ]
 
 

@@ -80,13 +80,14 @@ constexpr int QG_F16_TILE = 128, QG_F16_MAX_SPLITS = 8, QG_F16_MIN_STEPS = 2;
 inline int f16_tile_splits(int64_t tiles, int64_t K, int sms) {
     return splits_for(tiles, (K / QK + 7) / 8, QG_F16_MIN_STEPS, QG_F16_MAX_SPLITS, sms);
 }
-// Up to 128 tokens, N rounded up to the next width; 128 up to 256. Past 256, tiles of 256 tokens
-// where they paid: each dequantized weight fragment serves twice the tokens, and a 256-token tile
-// costs about 1.7 of a 128-token one (H200, weights cold, 0.82 to 0.89 of the time at 2048 and
-// 4096 tokens: bench_results/nvidia-h200/2026-11-29/f16-nt256-ab.txt). The CTAs run in waves of one
+// Up to 128 tokens, N rounded up to the next width. Past 128, tiles of 256 tokens where they paid:
+// each dequantized weight fragment serves twice the tokens, and a 256-token tile costs about 1.7 of
+// a 128-token one (H200, weights cold, 0.82 to 0.89 of the time at 2048 and 4096 tokens:
+// bench_results/nvidia-h200/2026-11-29/f16-nt256-ab.txt). The CTAs run in waves of one
 // per SM, so a tile width pays by its waves: 256 where ceil(tiles / SMs) is more than 1.7 times
 // fewer (N = 640, 768, 1024 on Llama-3-8B's 4096-row layers; not N = 1100, 3 waves against 2, nor
-// N = 640 on the 14336-row ones, 5 against 3: each measured, f16-nt256-ragged.txt). Where both
+// N = 640 on the 14336-row ones, 5 against 3: each measured, f16-nt256-ragged.txt; N = 160 to 256 on
+// the 14336-row layers, one wave against two, 15 to 27 % less time: f16-nt256-le256.txt). Where both
 // widths fit one wave, 256-token tiles leave half the SMs idle and split K: that paid only with
 // no more padding than 128-token tiles and a long K, where the split's sum pass is small against the
 // GEMM (M = 4096, N = 512: 2 % less time at K = 14336, 13 % more at K = 4096; N = 384, padded to
@@ -94,7 +95,6 @@ inline int f16_tile_splits(int64_t tiles, int64_t K, int sms) {
 constexpr int64_t QG_F16_SPLIT256_MIN_K = 8192;
 inline int f16_tile_tokens(int64_t N, int64_t M, int64_t K, int sms) {
     if (N <= 128) return N <= 16 ? 16 : N <= 32 ? 32 : N <= 64 ? 64 : 128;
-    if (N <= 256) return 128;
     const int64_t rows = (M + QG_F16_TILE - 1) / QG_F16_TILE, n128 = (N + 127) / 128, n256 = (N + 255) / 256;
     const int64_t w128 = (rows * n128 + sms - 1) / sms, w256 = (rows * n256 + sms - 1) / sms;
     if (10 * w128 > 17 * w256) return 256;
