@@ -1788,6 +1788,56 @@ def check_f16_fragment(my_f16_fragment, fmt: str = "q8_0"):
     return True
 
 
+def check_tile_tokens(my_tile_tokens):
+    """Exercise 8: my_tile_tokens(N, M, K, sms) = the tokens per tile that step 8's launcher takes
+    (gemm.h's f16_tile_tokens), compared with the launcher's own function through the f16_plan
+    operator on Llama-sized and ragged layers, N from 1 to 4096, on 132 and 114 SMs."""
+    from . import api
+
+    plan = api._ops().f16_plan
+    ns = [1, 5, 16, 17, 32, 33, 64, 65, 100, 128, 129, 160, 200, 256, 257, 300, 384, 500, 512, 640, 768, 1000, 1024]
+    ns += [1100, 1500, 2048, 3000, 4096]
+    layers = [(4096, 4096), (4096, 14336), (14336, 4096), (1024, 4096), (8192, 28672), (2100, 8192), (2100, 4096)]
+    checked = 0
+    for sms in (132, 114):
+        for M, K in layers:
+            for N in ns:
+                want = plan(N, M, K, sms)[0]
+                got = my_tile_tokens(N, M, K, sms)
+                if got is None:
+                    print("Not yet: the function returned None.")
+                    return False
+                checked += 1
+                if got == want:
+                    continue
+                rows = -(-M // 128)
+                t128, t256 = rows * -(-N // 128), rows * -(-N // 256)
+                w128, w256 = -(-t128 // sms), -(-t256 // sms)
+                why = (
+                    f" Tiles of 128 tokens: {t128} in {w128} wave(s) of {sms}; of 256: {t256} in {w256} "
+                    f"(x 1.7 = {1.7 * w256:.1f})."
+                )
+                if N <= 128:
+                    why = " Up to 128 tokens the launcher rounds N up to the next of 16, 32, 64, 128."
+                elif w128 == w256 == 1:
+                    split = f16_tile_splits_reference(t256, K, sms), f16_tile_splits_reference(t128, K, sms)
+                    why += (
+                        f" Both fit one wave: 256-token tiles would split K in {split[0]}, 128-token ones in "
+                        f"{split[1]}; N {'pads no more' if 2 * -(-N // 256) == -(-N // 128) else 'pads more'} "
+                        f"with 256, K = {K}."
+                    )
+                print(f"N = {N}, M = {M}, K = {K}, {sms} SMs: got {got}, the launcher takes {want}.{why}")
+                return False
+    print(f"Correct: the launcher's width in all {checked} cases (7 layers, 28 token counts, 2 GPUs' SMs).")
+    return True
+
+
+def f16_tile_splits_reference(tiles: int, K: int, sms: int) -> int:
+    """gemm.h's f16_tile_splits: CTAs per tile, sms // tiles, at most 8 and at most the K steps of 8
+    blocks over 2 (each split keeps 2 steps), at least 1."""
+    return max(1, min(sms // max(tiles, 1), ((K // 32 + 7) // 8) // 2, 8))
+
+
 # ---- chapter 07 ----
 
 

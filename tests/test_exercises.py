@@ -514,6 +514,37 @@ def test_f16_fragment_checker():
     assert not E.check_f16_fragment(no_d)
 
 
+def test_tile_tokens_checker():
+    """Exercise 8's checker: the rule of gemm.h passes, rules that ignore the waves, the split or the
+    rounding below 128 tokens fail."""
+
+    def solution(N, M, K, sms, waves_rule=True, split_rule=True):
+        if N <= 128:
+            return next(w for w in (16, 32, 64, 128) if N <= w)
+        rows, n128, n256 = -(-M // 128), -(-N // 128), -(-N // 256)
+        waves = lambda tiles: -(-tiles // sms)  # noqa: E731
+        if not waves_rule:
+            return 256 if N > 256 else 128
+        if 10 * waves(rows * n128) > 17 * waves(rows * n256):
+            return 256
+        splits = lambda tiles: E.f16_tile_splits_reference(tiles, K, sms)  # noqa: E731
+        if split_rule and 2 * n256 == n128 and splits(rows * n256) > 1 and splits(rows * n128) == 1 and K >= 8192:
+            return 256
+        return 128
+
+    assert E.check_tile_tokens(solution)
+    assert not E.check_tile_tokens(lambda N, M, K, sms: None)
+    assert not E.check_tile_tokens(lambda N, M, K, sms: solution(N, M, K, sms, waves_rule=False))
+    assert not E.check_tile_tokens(lambda N, M, K, sms: solution(N, M, K, sms, split_rule=False))
+    assert not E.check_tile_tokens(lambda N, M, K, sms: 128 if N <= 128 else solution(N, M, K, sms))
+    from quantgemm_kernels import api
+
+    plan = api._ops().f16_plan  # the split helper the exercise gives is the launcher's
+    for N, M, K in [(512, 4096, 14336), (16, 4096, 4096), (700, 257, 1056), (1, 128, 14336), (300, 300, 512)]:
+        nt, splits = plan(N, M, K, 132)
+        assert E.f16_tile_splits_reference(-(-M // 128) * -(-N // nt), K, 132) == splits
+
+
 def test_chapter7_checkers():
     gguf = pytest.importorskip("gguf")
     from quantgemm_kernels.model import smollm2_path
