@@ -111,8 +111,8 @@
 // 783.74 / 787.50 -> 683.90 / 686.16; 14336 x 4096 N = 512 113.34 / 113.76 -> 95.30 / 95.13; Q8_0
 // 4096 x 14336 N = 2048 426.14 / 424.99 -> 363.93 / 363.45. Slower where the 256-token tiles are too
 // few for the SMs and split K on short rows (4096 x 4096 N = 512: 32.61 / 32.53 -> 36.74 / 37.06, the
-// split's sum pass) and level at N = 256 (one 256-token tile against two of 128); gemm.h's
-// f16_tile_tokens takes them where they paid.
+// split's sum pass); from 129 tokens where they cut the launch's waves (14336 x 4096 N = 256 57.63 /
+// 57.65 -> 48.35 / 48.19, f16-nt256-le256.txt): gemm.h's f16_tile_tokens takes them where they paid.
 // Tried and lost: rounding the float32 activations to fp16 inside the GEMM for tiles of up to 32
 // tokens, instead of the conversion kernel before it (whose work the GEMM's first weight copies
 // overlap: they go before grid_dependency_wait). Warps 1-3 of the producer warpgroup did it, 96
