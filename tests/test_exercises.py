@@ -541,7 +541,8 @@ def test_tile_tokens_checker():
 
     plan = api._ops().f16_plan  # the split helper the exercise gives is the launcher's
     for N, M, K in [(512, 4096, 14336), (16, 4096, 4096), (700, 257, 1056), (1, 128, 14336), (300, 300, 512)]:
-        nt, splits = plan(N, M, K, 132)
+        nt, splits, tiles, whole = plan(N, M, K, 132)
+        assert whole == 0 or splits == 1  # one wave: every tile split, or none
         assert E.f16_tile_splits_reference(-(-M // 128) * -(-N // nt), K, 132) == splits
 
 

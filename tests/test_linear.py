@@ -281,11 +281,11 @@ def test_split_k_fills_the_sms_once():
 
 
 def test_fp16_step_takes_256_token_tiles_where_they_paid():
-    """gemm.h's f16_tile_tokens and f16_splits (the fp16 step's tokens per tile and splits of K),
-    through their operator, on 132 SMs: N rounded up to 16, 32, 64 or 128 up to 128 tokens; past
+    """gemm.h's f16_plan (the fp16 step's tokens per tile, splits of K, and tiles run whole),
+    through its operator, on 132 SMs: N rounded up to 16, 32, 64 or 128 up to 128 tokens; past
     that 256 where its waves of CTAs are more than 1.7 times fewer, or where both fit one wave, N
-    pads no more and K is long (then the 256-token tiles split K); splits only where the tiles leave
-    at least half the SMs idle. The cells are the measured ones (gemm.h)."""
+    pads no more and K is long (then the 256-token tiles split K); splits only where the tiles, or
+    the last wave's tiles, leave at least half the SMs idle. The cells are the measured ones (gemm.h)."""
     from quantgemm_kernels import api
 
     plan = api._ops().f16_plan
@@ -295,17 +295,28 @@ def test_fp16_step_takes_256_token_tiles_where_they_paid():
     assert [plan(n, 4096, 14336, 132)[0] for n in ns] == [128, 128, 256, 256, 256, 256, 128, 256, 256]
     assert [plan(n, 4096, 4096, 132)[0] for n in ns] == [128, 128, 128, 256, 256, 256, 128, 256, 256]
     assert [plan(n, 14336, 4096, 132)[0] for n in ns] == [128, 128, 256, 128, 256, 256, 128, 256, 256]
-    assert plan(512, 4096, 4096, 132) == [128, 1]  # 128 tiles fill the SMs; 256-token ones would split K = 4096
-    assert plan(512, 4096, 14336, 132) == [256, 2]  # the same, over K = 14336: 64 tiles, 2 splits
-    assert plan(384, 4096, 14336, 132) == [128, 1]  # 256-token tiles would pad 384 to 512
-    assert plan(640, 4096, 4096, 132) == [256, 1]  # 96 tiles, one wave, against 160 (two)
+    # [tokens per tile, splits of a split tile, tiles, tiles run whole]
+    assert plan(512, 4096, 4096, 132) == [128, 1, 128, 128]  # 128 tiles fill the SMs; 256 would split K = 4096
+    assert plan(512, 4096, 14336, 132) == [256, 2, 64, 0]  # the same, over K = 14336: 64 tiles, all split in 2
+    assert plan(384, 4096, 14336, 132)[:2] == [128, 1]  # 256-token tiles would pad 384 to 512
+    assert plan(640, 4096, 4096, 132)[:2] == [256, 1]  # 96 tiles, one wave, against 160 (two)
     assert [plan(n, 14336, 4096, 132)[0] for n in (129, 160, 192, 256)] == [256] * 4  # 112 tiles, not 224
-    assert plan(256, 4096, 14336, 132) == [128, 2]  # 64 tiles, split: 256-token ones would split in 4
+    assert plan(256, 4096, 14336, 132) == [128, 2, 64, 0]  # 64 tiles, split: 256-token ones would split in 4
+    # the last wave part full: its tiles split as many ways as fill the SMs, the others whole
+    assert plan(1024, 14336, 4096, 132) == [256, 2, 448, 396]  # 3 waves of 132, then 52 tiles as 104 CTAs
+    assert plan(2100, 2099, 2048, 132) == [128, 4, 289, 264]  # 25 tiles as 100 CTAs
+    assert plan(512, 14336, 4096, 132) == [256, 1, 224, 224]  # 92 left over: more than half the SMs, no split
+    assert plan(2048, 14336, 4096, 132) == [256, 1, 896, 896]  # 104 left over
+    assert plan(1024, 14336, 4096, 114) == [256, 1, 448, 448]  # H100 PCIe: 448 = 3 x 114 + 106
     for n, m, k in [(512, 4096, 14336), (16, 4096, 4096), (700, 257, 1056), (1100, 2000, 2048), (512, 2100, 8224)]:
-        nt, s = plan(n, m, k, 132)
-        tiles = -(-m // 128) * -(-n // nt)
-        assert s == 1 or tiles * s <= 132, (n, m, k, nt, s)
-    assert plan(512, 4096, 14336, 114) == [256, 1]  # H100 PCIe: 128-token tiles would take two waves of 114
+        for sms in (132, 114, 78):
+            nt, s, tiles, whole = plan(n, m, k, sms)
+            assert tiles == -(-m // 128) * -(-n // nt), (n, m, k, sms)
+            if s == 1:
+                assert whole == tiles
+            else:  # the split tiles' CTAs fit one wave; whole tiles are whole waves
+                assert whole % sms == 0 and (tiles - whole) * s <= sms, (n, m, k, sms, nt, s, whole)
+    assert plan(512, 4096, 14336, 114)[:2] == [256, 1]  # H100 PCIe: 128-token tiles would take two waves of 114
     with pytest.raises(RuntimeError, match="must be positive"):
         plan(0, 4096, 4096, 132)
     with pytest.raises(RuntimeError, match="a multiple of 32"):

@@ -291,6 +291,9 @@ F16_SHAPES = [
     (2100, 512, 8224),  # the same, weights from global memory
     (8500, 256, 2048),  # 256-token tiles at 256 tokens: 67 tiles in one wave, not 134 in two
     (14336, 200, 1056),  # the same at 200 tokens, weights from global memory
+    (14336, 1024, 4096),  # 448 tiles of 256 on 132 SMs: 396 whole, the last wave's 52 split in 2
+    (2099, 2100, 2048),  # 289 tiles of 128: 264 whole, 25 split in 4; M % 4 != 0 (the sum's scalar stores)
+    (4098, 1100, 1056),  # 297 tiles of 128: 264 whole, 33 split in 2, weights from global memory
 ]
 
 

@@ -529,12 +529,13 @@ int64_t wgmma_splits_op(int64_t N, int64_t M, int64_t K, int64_t sms) {
     return wgmma_splits(N, M, K, (int)sms);
 }
 
-// The fp16 step's tile of tokens and splits of K (gemm.h's f16_tile_tokens and f16_splits, what its
-// launcher takes) for a shape on a GPU of `sms` SMs: [tokens per tile, splits]. On any machine.
+// The fp16 step's launch (gemm.h's f16_plan, what its launcher takes) for a shape on a GPU of `sms`
+// SMs: [tokens per tile, splits of K of a split tile, tiles, tiles run whole]. On any machine.
 std::vector<int64_t> f16_plan_op(int64_t N, int64_t M, int64_t K, int64_t sms) {
     QG_CHECK(N > 0 && M > 0 && K > 0 && K % QK == 0 && sms > 0 && sms <= 4096, "f16_plan: N, M, K (a multiple of ", QK,
              ") and sms must be positive, got N = ", N, ", M = ", M, ", K = ", K, ", sms = ", sms);
-    return {f16_tile_tokens(N, M, K, (int)sms), f16_splits(N, M, K, (int)sms)};
+    const F16Plan pl = f16_plan(N, M, K, (int)sms);
+    return {pl.tokens, pl.splits, pl.tiles, pl.whole};
 }
 
 // The decode kernel's plan of a pass of T tokens (cuda/06_decode_tensor_cores/decode_plan.h) on a GPU

@@ -72,7 +72,7 @@ inline size_t splitk_workspace_bytes(int64_t N, int64_t M, int64_t K, int sms) {
 
 // The eighth wgmma step (cuda/06_decode_tensor_cores/12_wgmma_f16.cu): the activations as fp16
 // [N][K] at the start of the workspace (not when the caller gives them as fp16: a_f16), then (split
-// K) the partial sums, splits planes of N x M floats. A tile is 128 weight rows by
+// K) the partial sums of the split tiles (f16_plan). A tile is 128 weight rows by
 // f16_tile_tokens(N, M, K, sms) tokens (the wgmma's N: 16, 32, 64, 128 or 256); K is split in
 // steps of 8 blocks while the tiles leave SMs idle, each split keeping at least QG_F16_MIN_STEPS
 // steps.
@@ -102,16 +102,38 @@ inline int f16_tile_tokens(int64_t N, int64_t M, int64_t K, int sms) {
                             f16_tile_splits(rows * n128, K, sms) == 1 && K >= QG_F16_SPLIT256_MIN_K;
     return split_pays ? 256 : 128;
 }
-inline int f16_splits(int64_t N, int64_t M, int64_t K, int sms) {
-    const int64_t nt = f16_tile_tokens(N, M, K, sms);
-    return f16_tile_splits(((M + QG_F16_TILE - 1) / QG_F16_TILE) * ((N + nt - 1) / nt), K, sms);
+// The launch: tokens per tile, splits of K, and how many tiles run whole. CTAs run in waves of one
+// per SM, and the last wave of a launch whose tiles are not a multiple of the SMs runs part full
+// (Q4_0 14336 x 4096 at 1024 tokens: 448 tiles of 256, 3 waves of 132 and one of 52). So the tiles
+// of that last wave are split over K too, as many CTAs each as fill the SMs (f16_tile_splits),
+// while the others run whole: the 52 as 104 CTAs of half the K steps, the partial sums added by a
+// pass after the GEMM. Where all tiles fit one wave and leave SMs idle, every tile is split
+// (whole = 0); where the last wave's tiles cannot split (more than half the SMs), none is.
+struct F16Plan {
+    int tokens, splits;    // tokens per tile (the wgmma's N), CTAs per split tile
+    int64_t tiles, whole;  // tiles (128 weight rows x tokens), and of those the first `whole` unsplit
+    int64_t ctas() const { return whole + (tiles - whole) * splits; }
+};
+inline F16Plan f16_plan(int64_t N, int64_t M, int64_t K, int sms) {
+    const int nt = f16_tile_tokens(N, M, K, sms);
+    const int64_t tiles = ((M + QG_F16_TILE - 1) / QG_F16_TILE) * ((N + nt - 1) / nt);
+    const int s = f16_tile_splits(tiles, K, sms);
+    if (s > 1) return {nt, s, tiles, 0};
+    const int64_t whole = tiles / sms * sms, tail = tiles - whole;
+    const int ts = tiles > sms && tail > 0 ? f16_tile_splits(tail, K, sms) : 1;
+    return ts > 1 ? F16Plan{nt, ts, tiles, whole} : F16Plan{nt, 1, tiles, tiles};
 }
 inline size_t f16_splits_offset(int64_t N, int64_t K, bool a_f16) {
     return a_f16 ? 0 : ((size_t)N * K * 2 + 255) / 256 * 256;
 }
+// The partial sums: every tile split, `splits` planes of N x M floats; the last wave's tiles split,
+// per split tile `splits` tiles of tokens x 128 floats, in the tile's own layout.
 inline size_t f16_workspace_bytes(int64_t N, int64_t M, int64_t K, int sms, bool a_f16) {
-    const int s = f16_splits(N, M, K, sms);
-    return f16_splits_offset(N, K, a_f16) + (s > 1 ? (size_t)s * N * M * sizeof(float) : 0);
+    const F16Plan pl = f16_plan(N, M, K, sms);
+    const size_t partials = pl.splits == 1  ? 0
+                            : pl.whole == 0 ? (size_t)pl.splits * N * M
+                                            : (size_t)(pl.tiles - pl.whole) * pl.splits * pl.tokens * QG_F16_TILE;
+    return f16_splits_offset(N, K, a_f16) + partials * sizeof(float);
 }
 
 typedef void (*CpuGemmFn)(const GemmProblem& p, int m_begin, int m_end);

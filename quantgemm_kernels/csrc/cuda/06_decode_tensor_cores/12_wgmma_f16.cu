@@ -181,7 +181,7 @@
 namespace gpu {
 namespace f16g {
 using namespace wg;  // the copies, barriers and wgmma helpers of the steps before
-static_assert(BM == QG_F16_TILE, "gemm.h's f16_splits counts tiles of 128 weight rows");
+static_assert(BM == QG_F16_TILE, "gemm.h's f16_plan counts tiles of 128 weight rows");
 constexpr int KA = 64;                 // K per activation stage: 128 bytes of fp16
 constexpr int A_PER_W = KB * QK / KA;  // activation stages per weight stage (4)
 static_assert(A_PER_W == 4, "a weight stage is four activation stages: the consumers unroll them");
@@ -194,7 +194,8 @@ struct Cfg {
     static constexpr int B = (int)sizeof(typename WF::block);
     static constexpr int RAW_ROW = KB * B;  // bytes of a row's weight stage (144 or 272)
     static constexpr int W_BYTES = BM * RAW_ROW;
-    static constexpr int W_STAGES = 3;
+    // Q8_0 at 256 tokens: 2 weight stages (2 x 34 KB), so that 4 activation stages of 32 KB fit, not 3
+    static constexpr int W_STAGES = B > 18 && NT == 256 ? 2 : 3;
     static constexpr int ACT_BYTES = NT * KA * 2;  // one TMA box of NT tokens x 64 values, 128-byte swizzle
     static constexpr int A_FIT = (SMEM_BUDGET - W_STAGES * W_BYTES) / ACT_BYTES;
     static constexpr int A_STAGES = A_FIT < 16 ? A_FIT : 16;
@@ -367,20 +368,40 @@ __device__ __forceinline__ void block_fragment(const uint8_t* blk, int t, uint32
 // [end excerpt: f16_fragment]
 #endif
 
-template <class WF, int NT, bool TMA_W, bool SPLIT>
+// A launch's tiles (gemm.h's f16_plan): WHOLE, one CTA per tile over the whole of K (grid x weight
+// tiles, y token tiles); SPLIT, every tile split over K (grid z: the splits), each split writing a
+// plane of N x M partial sums; TAIL, the tiles of the last wave split and the others whole: CTA
+// b < whole computes tile b (weight tiles fastest) into C, the others take the split tiles,
+// `splits` consecutive CTAs each (a tile's pieces run at the same time and share its activations in
+// L2), each writing its partial tile [NT][BM] to P. The first two are the launches of before, kept
+// as they compiled (the tail's runtime mapping in every launch cost 0.5 to 1.1 us at 16 tokens).
+enum Mode { WHOLE, SPLIT, TAIL };
+struct Tail {
+    float* P;  // [split tile][split][NT][BM]
+    int rows, splits, whole;
+};
+
+template <class WF, int NT, bool TMA_W, int MODE>
 __global__ void __launch_bounds__(THREADS, 1)
     wgmma_f16_kernel(const __grid_constant__ CUtensorMap xmap, const __grid_constant__ CUtensorMap wmap,
-                     const uint8_t* __restrict__ W, float* __restrict__ C, int64_t split_plane, int N, int M, int K) {
+                     const uint8_t* __restrict__ W, float* __restrict__ C, int64_t split_plane, const Tail tail, int N,
+                     int M, int K) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using CF = Cfg<WF, NT>;
     constexpr int B = CF::B, WS = CF::W_STAGES, AS = CF::A_STAGES;
     extern __shared__ __align__(1024) int4 smem_raw[];
     Smem<WF, NT>& sm = *(Smem<WF, NT>*)smem_raw;
     const int nb = K / QK, wsteps = (nb + KB - 1) / KB, asteps = (nb + 1) / 2;
-    const int w_begin = SPLIT ? (int)((int64_t)wsteps * blockIdx.z / gridDim.z) : 0;
-    const int w_end = SPLIT ? (int)((int64_t)wsteps * (blockIdx.z + 1) / gridDim.z) : wsteps;
+    // TAIL: piece >= 0 is a CTA of a split tile (the launcher checked that the CTAs fit an int)
+    const int piece = MODE == TAIL ? (int)blockIdx.x - tail.whole : -1;
+    const int tile = MODE == TAIL ? (piece < 0 ? (int)blockIdx.x : tail.whole + piece / tail.splits) : 0;
+    const int z = MODE == SPLIT ? (int)blockIdx.z : piece < 0 ? 0 : piece % tail.splits;
+    const int nz = MODE == SPLIT ? (int)gridDim.z : piece < 0 ? 1 : tail.splits;
+    const int w_begin = MODE != WHOLE ? (int)((int64_t)wsteps * z / nz) : 0;
+    const int w_end = MODE != WHOLE ? (int)((int64_t)wsteps * (z + 1) / nz) : wsteps;
     const int a_begin = w_begin * A_PER_W, a_end = min(w_end * A_PER_W, asteps);
-    const int m0 = blockIdx.x * BM, n0 = blockIdx.y * NT;
+    const int m0 = MODE == TAIL ? tile % tail.rows * BM : blockIdx.x * BM;
+    const int n0 = MODE == TAIL ? tile / tail.rows * NT : blockIdx.y * NT;
     const int tid = threadIdx.x;
 
     if (tid == 0) {
@@ -505,7 +526,15 @@ __global__ void __launch_bounds__(THREADS, 1)
     fence_acc(acc);
 
     // acc[4j + q]: row m0 + r0 + 8 (q / 2), token n0 + 8j + 2t + q % 2
-    float* out = SPLIT ? C + blockIdx.z * split_plane : C;
+    if (MODE == TAIL && piece >= 0) {  // the whole partial tile (rows and tokens past the ends too)
+        float* out = tail.P + (int64_t)piece * (NT * BM);
+#pragma unroll
+        for (int j = 0; j < NT / 8; j++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) out[(8 * j + 2 * t + q % 2) * BM + r0 + 8 * (q / 2)] = acc[4 * j + q];
+        return;
+    }
+    float* out = MODE == SPLIT ? C + blockIdx.z * split_plane : C;
 #pragma unroll
     for (int j = 0; j < NT / 8; j++)
 #pragma unroll
@@ -514,6 +543,37 @@ __global__ void __launch_bounds__(THREADS, 1)
             if (n < N && m < M) out[(int64_t)n * M + m] = acc[4 * j + q];
         }
 #endif
+}
+
+// TAIL: C's split tiles = the sum of their partial tiles, in split order (z = 0, 1, ...: the bits do
+// not depend on which CTA finished first), four floats per thread and loop; launched with PDL,
+// waiting inside for the GEMM's writes. vec4: M % 4 == 0 and C 16-byte aligned.
+template <int NT>
+__global__ void __launch_bounds__(256) f16_tail_sum_kernel(const float4* __restrict__ P, float* __restrict__ C,
+                                                           int items, int N, int M, Tail tail, bool vec4) {
+    grid_dependency_wait();
+    constexpr int TILE4 = NT * BM / 4, ROW4 = BM / 4;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < items; i += gridDim.x * blockDim.x) {
+        const int st = i / TILE4, r = i % TILE4;  // the split tile, the float4 in it
+        const float4* p = P + (int64_t)st * tail.splits * TILE4 + r;
+        float4 s = p[0];
+        for (int z = 1; z < tail.splits; z++) {
+            const float4 v = p[(int64_t)z * TILE4];
+            s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
+        }
+        const int tile = tail.whole + st;
+        const int n = tile / tail.rows * NT + r / ROW4, m = tile % tail.rows * BM + 4 * (r % ROW4);
+        if (n >= N || m >= M) continue;
+        float* c = C + (int64_t)n * M + m;
+        if (vec4) {
+            *(float4*)c = s;
+        } else {
+            c[0] = s.x;
+            if (m + 1 < M) c[1] = s.y;
+            if (m + 2 < M) c[2] = s.z;
+            if (m + 3 < M) c[3] = s.w;
+        }
+    }
 }
 
 template <class WF, int NT>
@@ -531,8 +591,10 @@ void launch_f16(const GemmProblem& p, cudaStream_t stream) {
     if (major != 9 || minor != 0)
         throw std::runtime_error("the wgmma kernels run on compute capability 9.0 (Hopper) only, this GPU is " +
                                  std::to_string(major) + "." + std::to_string(minor));
-    const int tiles_n = (p.N + NT - 1) / NT;
-    if (tiles_n > 65535)  // gridDim.y
+    const F16Plan plan = f16_plan(p.N, p.M, p.K, sms);  // the binding sized the workspace with it
+    const int mode = plan.splits == 1 ? WHOLE : plan.whole == 0 ? SPLIT : TAIL;
+    const int64_t tiles_n = (p.N + NT - 1) / NT;
+    if (plan.tokens != NT || (mode != TAIL && tiles_n > 65535))  // gridDim.y
         throw std::runtime_error("cuda_q4_0_f16_wgmma / cuda_q8_0_f16_wgmma: N = " + std::to_string(p.N) +
                                  " needs more than 65535 tiles of " + std::to_string(NT) +
                                  " tokens; call it on at most " + std::to_string(65535 * NT) + " rows of A at a time");
@@ -566,29 +628,39 @@ void launch_f16(const GemmProblem& p, cudaStream_t stream) {
                                   CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
         if (r != CUDA_SUCCESS) throw std::runtime_error("cuTensorMapEncodeTiled failed: " + std::to_string((int)r));
     }
-    const int splits = f16_splits(p.N, p.M, p.K, sms);  // the binding sized the workspace with it
-    float* out = splits > 1 ? (float*)((uint8_t*)p.workspace + f16_splits_offset(p.N, p.K, p.a_f16)) : p.C;
-    const dim3 grid((p.M + BM - 1) / BM, tiles_n, splits);
+    float* part = (float*)((uint8_t*)p.workspace + f16_splits_offset(p.N, p.K, p.a_f16));  // split partial sums
+    const Tail tail{part, (int)((p.M + BM - 1) / BM), plan.splits, (int)plan.whole};
+    const dim3 grid = mode == TAIL ? dim3((unsigned)plan.ctas()) : dim3(tail.rows, (unsigned)tiles_n, plan.splits);
     static_assert(sizeof(Smem<WF, NT>) <= 227 * 1024, "the stages exceed a Hopper CTA's shared memory");
     const size_t smem = sizeof(Smem<WF, NT>);
     const int64_t plane = (int64_t)p.N * p.M;
     auto go = [&](auto kernel) {
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        launch_maybe_pdl(kernel, grid, dim3(THREADS), smem, stream, true, xmap, wmap, (const uint8_t*)p.W, out, plane,
-                         p.N, p.M, p.K);
+        launch_maybe_pdl(kernel, grid, dim3(THREADS), smem, stream, true, xmap, wmap, (const uint8_t*)p.W,
+                         mode == SPLIT ? part : p.C, plane, tail, p.N, p.M, p.K);
     };
-    if (tma_w)
-        splits > 1 ? go(wgmma_f16_kernel<WF, NT, true, true>) : go(wgmma_f16_kernel<WF, NT, true, false>);
-    else
-        splits > 1 ? go(wgmma_f16_kernel<WF, NT, false, true>) : go(wgmma_f16_kernel<WF, NT, false, false>);
-    if (splits > 1) splitk_sum(out, p.C, plane, splits, stream, true);  // PDL: see the header
+    auto pick = [&](auto tma_c) {
+        constexpr bool T = decltype(tma_c)::value;
+        mode == WHOLE   ? go(wgmma_f16_kernel<WF, NT, T, WHOLE>)
+        : mode == SPLIT ? go(wgmma_f16_kernel<WF, NT, T, SPLIT>)
+                        : go(wgmma_f16_kernel<WF, NT, T, TAIL>);
+    };
+    tma_w ? pick(std::true_type{}) : pick(std::false_type{});
+    if (mode == SPLIT) splitk_sum(part, p.C, plane, plan.splits, stream, true);  // PDL: see the header
+    if (mode == TAIL) {  // the split tiles' sum, launched with PDL too
+        const int items = (int)((plan.tiles - plan.whole) * NT * BM / 4);
+        const bool vec4 = p.M % 4 == 0 && (uintptr_t)p.C % 16 == 0;
+        launch_maybe_pdl(f16_tail_sum_kernel<NT>,
+                         dim3((unsigned)std::min<int64_t>((items + 255) / 256, (int64_t)sms * 8)), dim3(256), 0, stream,
+                         true, (const float4*)part, p.C, items, p.N, p.M, tail, vec4);
+    }
 }
 template <class WF>
 void gemm_f16(const GemmProblem& p, cudaStream_t stream) {
     int dev = 0, sms = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    switch (f16_tile_tokens(p.N, p.M, p.K, sms)) {  // the wgmma's N for these tokens (gemm.h)
+    switch (f16_plan(p.N, p.M, p.K, sms).tokens) {  // the wgmma's N for these tokens (gemm.h)
         case 16: launch_f16<WF, 16>(p, stream); break;
         case 32: launch_f16<WF, 32>(p, stream); break;
         case 64: launch_f16<WF, 64>(p, stream); break;
