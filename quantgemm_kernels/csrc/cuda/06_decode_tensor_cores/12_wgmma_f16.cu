@@ -113,6 +113,19 @@
 // few for the SMs and split K on short rows (4096 x 4096 N = 512: 32.61 / 32.53 -> 36.74 / 37.06, the
 // split's sum pass); from 129 tokens where they cut the launch's waves (14336 x 4096 N = 256 57.63 /
 // 57.65 -> 48.35 / 48.19, f16-nt256-le256.txt): gemm.h's f16_tile_tokens takes them where they paid.
+// The last wave split over K (gemm.h's f16_plan; the TAIL launch below): CTAs run in waves of one per
+// SM, and where a launch's last wave is less than half full its tiles run as `splits` CTAs each, over
+// a range of K, the others whole; f16_tail_sum_kernel adds the split tiles' partial sums. With it
+// Q8_0 at 256 tokens keeps 2 weight stages, so that 4 activation stages of 32 KB fit instead of 3
+// (a weight stage feeds 4). H200, one machine, three builds run in turn twice, weights cold
+// (bench_results/nvidia-h200/2026-11-29/f16-tail-ab.txt): Q4_0 14336 x 4096 N = 1024 (448 tiles: 3
+// waves of 132, then 52 tiles as 104 CTAs) 190.78 / 190.97 -> 180.43 / 180.45 us, Q8_0 209.95 /
+// 209.82 -> 194.24 / 194.43; Q8_0's other 256-token cells 1.5 to 3 % faster. The tile's mapping at
+// run time in every launch (one kernel for all three) had cost 0.5 to 1.5 % at every other cell and
+// 1.1 us at 16 tokens on 14336 x 4096: the whole and split launches compile as before. The tail's
+// Q8_0 kernel with weights from global memory (no LLM's rows) spills 84 bytes (ptxas -v).
+// Not built: stream-K's fractional split, which would also even out last waves more than half full
+// (14336 x 4096 at 2048 and 4096 tokens: 6.8 and 13.6 waves run as 7 and 14).
 // Tried and lost: rounding the float32 activations to fp16 inside the GEMM for tiles of up to 32
 // tokens, instead of the conversion kernel before it (whose work the GEMM's first weight copies
 // overlap: they go before grid_dependency_wait). Warps 1-3 of the producer warpgroup did it, 96
