@@ -114,6 +114,7 @@ struct F16Plan {
     int64_t tiles, whole;  // tiles (128 weight rows x tokens), and of those the first `whole` unsplit
     int64_t ctas() const { return whole + (tiles - whole) * splits; }
 };
+// [excerpt: f16_plan]
 inline F16Plan f16_plan(int64_t N, int64_t M, int64_t K, int sms) {
     const int nt = f16_tile_tokens(N, M, K, sms);
     const int64_t tiles = ((M + QG_F16_TILE - 1) / QG_F16_TILE) * ((N + nt - 1) / nt);
@@ -123,6 +124,7 @@ inline F16Plan f16_plan(int64_t N, int64_t M, int64_t K, int sms) {
     const int ts = tiles > sms && tail > 0 ? f16_tile_splits(tail, K, sms) : 1;
     return ts > 1 ? F16Plan{nt, ts, tiles, whole} : F16Plan{nt, 1, tiles, tiles};
 }
+// [end excerpt: f16_plan]
 inline size_t f16_splits_offset(int64_t N, int64_t K, bool a_f16) {
     return a_f16 ? 0 : ((size_t)N * K * 2 + 255) / 256 * 256;
 }

@@ -405,7 +405,8 @@ __global__ void __launch_bounds__(THREADS, 1)
     extern __shared__ __align__(1024) int4 smem_raw[];
     Smem<WF, NT>& sm = *(Smem<WF, NT>*)smem_raw;
     const int nb = K / QK, wsteps = (nb + KB - 1) / KB, asteps = (nb + 1) / 2;
-    // TAIL: piece >= 0 is a CTA of a split tile (the launcher checked that the CTAs fit an int)
+    // [excerpt: tail_mapping]
+    // TAIL: piece >= 0 is a CTA of a split tile (gridDim.x < 2^31: the indices fit an int)
     const int piece = MODE == TAIL ? (int)blockIdx.x - tail.whole : -1;
     const int tile = MODE == TAIL ? (piece < 0 ? (int)blockIdx.x : tail.whole + piece / tail.splits) : 0;
     const int z = MODE == SPLIT ? (int)blockIdx.z : piece < 0 ? 0 : piece % tail.splits;
@@ -415,6 +416,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     const int a_begin = w_begin * A_PER_W, a_end = min(w_end * A_PER_W, asteps);
     const int m0 = MODE == TAIL ? tile % tail.rows * BM : blockIdx.x * BM;
     const int n0 = MODE == TAIL ? tile / tail.rows * NT : blockIdx.y * NT;
+    // [end excerpt: tail_mapping]
     const int tid = threadIdx.x;
 
     if (tid == 0) {
