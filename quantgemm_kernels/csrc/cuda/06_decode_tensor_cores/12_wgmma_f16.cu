@@ -124,6 +124,10 @@
 // run time in every launch (one kernel for all three) had cost 0.5 to 1.5 % at every other cell and
 // 1.1 us at 16 tokens on 14336 x 4096: the whole and split launches compile as before. The tail's
 // Q8_0 kernel with weights from global memory (no LLM's rows) spills 84 bytes (ptxas -v).
+// Q8_0's 128-token tiles with 2 weight stages as well (9 activation stages of 16 KB instead of 7):
+// H200, one machine, three builds run in turn twice, weights cold (f16-q128-ab.txt, same folder):
+// 4096 x 4096 N = 96 17.31 / 17.31 -> 16.26 / 16.35 us, N = 128 18.88 / 18.91 -> 17.73 / 17.73,
+// 4096 x 14336 N = 128 36.67 / 36.38 -> 35.52 / 35.58; Q4_0 (unchanged) within 0.7 %.
 // Not built: stream-K's fractional split, which would also even out last waves more than half full
 // (14336 x 4096 at 2048 and 4096 tokens: 6.8 and 13.6 waves run as 7 and 14).
 // Tried and lost: rounding the float32 activations to fp16 inside the GEMM for tiles of up to 32
@@ -207,8 +211,9 @@ struct Cfg {
     static constexpr int B = (int)sizeof(typename WF::block);
     static constexpr int RAW_ROW = KB * B;  // bytes of a row's weight stage (144 or 272)
     static constexpr int W_BYTES = BM * RAW_ROW;
-    // Q8_0 at 256 tokens: 2 weight stages (2 x 34 KB), so that 4 activation stages of 32 KB fit, not 3
-    static constexpr int W_STAGES = B > 18 && NT == 256 ? 2 : 3;
+    // Q8_0 at 128 and 256 tokens: 2 weight stages (2 x 34 KB), so that more activation stages fit
+    // (9 instead of 7 at 128 tokens; 4 instead of 3 at 256, where a weight stage feeds 4)
+    static constexpr int W_STAGES = B > 18 && NT >= 128 ? 2 : 3;
     static constexpr int ACT_BYTES = NT * KA * 2;  // one TMA box of NT tokens x 64 values, 128-byte swizzle
     static constexpr int A_FIT = (SMEM_BUDGET - W_STAGES * W_BYTES) / ACT_BYTES;
     static constexpr int A_STAGES = A_FIT < 16 ? A_FIT : 16;
@@ -592,21 +597,7 @@ __global__ void __launch_bounds__(256) f16_tail_sum_kernel(const float4* __restr
 }
 
 template <class WF, int NT>
-void launch_f16(const GemmProblem& p, cudaStream_t stream) {
-#if !defined(QG_HAS_SM90A)
-    throw std::runtime_error(
-        "the wgmma kernels need code for sm_90a, and this build has none: build on a "
-        "compute capability 9.0 GPU with TORCH_CUDA_ARCH_LIST unset, or set it to 9.0a");
-#endif
-    int dev = 0, major = 0, minor = 0, sms = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    if (major != 9 || minor != 0)
-        throw std::runtime_error("the wgmma kernels run on compute capability 9.0 (Hopper) only, this GPU is " +
-                                 std::to_string(major) + "." + std::to_string(minor));
-    const F16Plan plan = f16_plan(p.N, p.M, p.K, sms);  // the binding sized the workspace with it
+void launch_f16(const GemmProblem& p, cudaStream_t stream, const F16Plan& plan, int sms) {
     const int mode = plan.splits == 1 ? WHOLE : plan.whole == 0 ? SPLIT : TAIL;
     const int64_t tiles_n = (p.N + NT - 1) / NT;
     if (plan.tokens != NT || (mode != TAIL && tiles_n > 65535))  // gridDim.y
@@ -672,15 +663,26 @@ void launch_f16(const GemmProblem& p, cudaStream_t stream) {
 }
 template <class WF>
 void gemm_f16(const GemmProblem& p, cudaStream_t stream) {
-    int dev = 0, sms = 0;
+#if !defined(QG_HAS_SM90A)
+    throw std::runtime_error(
+        "the wgmma kernels need code for sm_90a, and this build has none: build on a "
+        "compute capability 9.0 GPU with TORCH_CUDA_ARCH_LIST unset, or set it to 9.0a");
+#endif
+    int dev = 0, major = 0, minor = 0, sms = 0;
     cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    switch (f16_plan(p.N, p.M, p.K, sms).tokens) {  // the wgmma's N for these tokens (gemm.h)
-        case 16: launch_f16<WF, 16>(p, stream); break;
-        case 32: launch_f16<WF, 32>(p, stream); break;
-        case 64: launch_f16<WF, 64>(p, stream); break;
-        case 128: launch_f16<WF, 128>(p, stream); break;
-        default: launch_f16<WF, 256>(p, stream);
+    if (major != 9 || minor != 0)
+        throw std::runtime_error("the wgmma kernels run on compute capability 9.0 (Hopper) only, this GPU is " +
+                                 std::to_string(major) + "." + std::to_string(minor));
+    const F16Plan plan = f16_plan(p.N, p.M, p.K, sms);  // the binding sized the workspace with it
+    switch (plan.tokens) {                              // the wgmma's N for these tokens (gemm.h)
+        case 16: launch_f16<WF, 16>(p, stream, plan, sms); break;
+        case 32: launch_f16<WF, 32>(p, stream, plan, sms); break;
+        case 64: launch_f16<WF, 64>(p, stream, plan, sms); break;
+        case 128: launch_f16<WF, 128>(p, stream, plan, sms); break;
+        default: launch_f16<WF, 256>(p, stream, plan, sms);
     }
 }
 }  // namespace
