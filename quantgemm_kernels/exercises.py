@@ -1832,6 +1832,44 @@ def check_tile_tokens(my_tile_tokens):
     return True
 
 
+def check_last_wave(my_last_wave):
+    """Exercise 9: my_last_wave(tiles, K, sms) = (splits, whole), how step 8's launcher splits a
+    launch of ``tiles`` tiles over K (gemm.h's f16_plan): every tile in ``splits`` when the tiles
+    leave SMs idle (whole = 0), else the tiles of a last wave that is part full, the others whole;
+    compared with the launcher's own plan through the f16_plan operator on Llama-sized and ragged
+    layers, N from 1 to 4096, on 132, 114 and 78 SMs."""
+    from . import api
+
+    plan = api._ops().f16_plan
+    ns = [1, 16, 17, 64, 100, 128, 129, 256, 300, 512, 640, 1000, 1024, 1100, 2048, 2100, 3000, 4096]
+    layers = [(4096, 4096), (4096, 14336), (14336, 4096), (1024, 4096), (2099, 2048), (4098, 1056), (28672, 4096)]
+    checked = 0
+    for sms in (132, 114, 78):
+        for M, K in layers:
+            for N in ns:
+                nt, splits, tiles, whole = plan(N, M, K, sms)
+                got = my_last_wave(tiles, K, sms)
+                if got is None:
+                    print("Not yet: the function returned None.")
+                    return False
+                checked += 1
+                if tuple(got) == (splits, whole):
+                    continue
+                full, left = divmod(tiles, sms)
+                why = (
+                    f" {tiles} tiles on {sms} SMs: {full} full wave(s) and {left} tile(s) left; splits of K "
+                    f"for all {tiles}: {f16_tile_splits_reference(tiles, K, sms)}, for the {left} left: "
+                    f"{f16_tile_splits_reference(left, K, sms) if left else '-'}."
+                )
+                print(
+                    f"N = {N}, M = {M}, K = {K} ({nt}-token tiles): got {tuple(got)}, the launcher takes "
+                    f"({splits}, {whole}).{why}"
+                )
+                return False
+    print(f"Correct: the launcher's plan in all {checked} cases (7 layers, 18 token counts, 3 GPUs' SMs).")
+    return True
+
+
 def f16_tile_splits_reference(tiles: int, K: int, sms: int) -> int:
     """gemm.h's f16_tile_splits: CTAs per tile, sms // tiles, at most 8 and at most the K steps of 8
     blocks over 2 (each split keeps 2 steps), at least 1."""

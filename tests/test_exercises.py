@@ -546,6 +546,30 @@ def test_tile_tokens_checker():
         assert E.f16_tile_splits_reference(-(-M // 128) * -(-N // nt), K, 132) == splits
 
 
+def test_last_wave_checker():
+    """Exercise 9's checker: gemm.h's f16_plan rule passes; rules that never split the last wave,
+    split it even when more than half full, or forget that split tiles are those after whole waves fail."""
+
+    def solution(tiles, K, sms, tail=True, half=True, whole_waves=True):
+        s = E.f16_tile_splits_reference(tiles, K, sms)
+        if s > 1:
+            return s, 0
+        left = tiles % sms if whole_waves else tiles - tiles // sms
+        if tail and tiles > sms and left > 0:
+            ts = (
+                E.f16_tile_splits_reference(left, K, sms) if half else max(2, E.f16_tile_splits_reference(left, K, sms))
+            )
+            if ts > 1:
+                return ts, tiles - left
+        return 1, tiles
+
+    assert E.check_last_wave(solution)
+    assert not E.check_last_wave(lambda tiles, K, sms: None)
+    assert not E.check_last_wave(lambda tiles, K, sms: solution(tiles, K, sms, tail=False))
+    assert not E.check_last_wave(lambda tiles, K, sms: solution(tiles, K, sms, half=False))
+    assert not E.check_last_wave(lambda tiles, K, sms: solution(tiles, K, sms, whole_waves=False))
+
+
 def test_chapter7_checkers():
     gguf = pytest.importorskip("gguf")
     from quantgemm_kernels.model import smollm2_path
