@@ -284,8 +284,9 @@ def test_fp16_step_takes_256_token_tiles_where_they_paid():
     """gemm.h's f16_plan (the fp16 step's tokens per tile, splits of K, and tiles run whole),
     through its operator, on 132 SMs: N rounded up to 16, 32, 64 or 128 up to 128 tokens; past
     that 256 where its waves of CTAs are more than 1.7 times fewer, or where both fit one wave, N
-    pads no more and K is long (then the 256-token tiles split K); splits only where the tiles, or
-    the last wave's tiles, leave at least half the SMs idle. The cells are the measured ones (gemm.h)."""
+    pads no more and K is long (then the 256-token tiles split K, whether or not 128-token ones
+    would); splits only where the tiles, or the last wave's tiles, leave at least half the SMs idle.
+    The cells are the measured ones (gemm.h)."""
     from quantgemm_kernels import api
 
     plan = api._ops().f16_plan
@@ -301,7 +302,9 @@ def test_fp16_step_takes_256_token_tiles_where_they_paid():
     assert plan(384, 4096, 14336, 132)[:2] == [128, 1]  # 256-token tiles would pad 384 to 512
     assert plan(640, 4096, 4096, 132)[:2] == [256, 1]  # 96 tiles, one wave, against 160 (two)
     assert [plan(n, 14336, 4096, 132)[0] for n in (129, 160, 192, 256)] == [256] * 4  # 112 tiles, not 224
-    assert plan(256, 4096, 14336, 132) == [128, 2, 64, 0]  # 64 tiles, split: 256-token ones would split in 4
+    # both widths split K: 256-token tiles (half the weights dequantized per CTA) where K is long
+    assert [plan(n, 4096, 14336, 132)[:2] for n in (129, 192, 256)] == [[256, 4]] * 3  # 32 tiles in 4, not 64 in 2
+    assert [plan(n, 4096, 4096, 132)[:2] for n in (129, 192, 256)] == [[128, 2]] * 3  # K = 4096: 64 tiles in 2
     # the last wave part full: its tiles split as many ways as fill the SMs, the others whole
     assert plan(1024, 14336, 4096, 132) == [256, 2, 448, 396]  # 3 waves of 132, then 52 tiles as 104 CTAs
     assert plan(2100, 2099, 2048, 132) == [128, 4, 289, 264]  # 25 tiles as 100 CTAs

@@ -294,6 +294,8 @@ F16_SHAPES = [
     (14336, 1024, 4096),  # 448 tiles of 256 on 132 SMs: 396 whole, the last wave's 52 split in 2
     (2099, 2100, 2048),  # 289 tiles of 128: 264 whole, 25 split in 4; M % 4 != 0 (the sum's scalar stores)
     (4098, 1100, 1056),  # 297 tiles of 128: 264 whole, 33 split in 2, weights from global memory
+    (1000, 200, 8192),  # 256-token tiles at 200 tokens, 8 tiles in 8 splits (128-token ones would split too)
+    (1000, 200, 8224),  # the same, weights from global memory
 ]
 
 

@@ -91,15 +91,23 @@ inline int f16_tile_splits(int64_t tiles, int64_t K, int sms) {
 // widths fit one wave, 256-token tiles leave half the SMs idle and split K: that paid only with
 // no more padding than 128-token tiles and a long K, where the split's sum pass is small against the
 // GEMM (M = 4096, N = 512: 2 % less time at K = 14336, 13 % more at K = 4096; N = 384, padded to
-// 512, 8 % more at K = 14336). QG_F16_SPLIT256_MIN_K, between the two, is not measured.
+// 512, 8 % more at K = 14336). The same holds where the 128-token tiles split K too (M = 4096, N = 129
+// to 256: 32 tiles in 4 splits against 64 in 2): each CTA dequantizes half the weights for the same
+// tensor work, 3 to 15 % less time at K = 14336 (Q8_0 N = 192 63.6 -> 55.2 us, N = 256 61.1 -> 57.5),
+// up to 7 % more at K = 4096, where only Q8_0 at 160 and 192 tokens gained (f16-w256-ab.txt). QG_F16_SPLIT256_MIN_K, between the two, is not
+// measured.
+// Tried and lost: narrower tiles instead of a split (M = 4096, 24 to 256 tokens: the width halved
+// once, or until the tiles fill the SMs unsplit), slower in all but one cell, up to 2.2x at K = 14336
+// (Q4_0 4096 x 14336 N = 128 32.8 us with 128-token tiles in 4 splits, 38.2 with 64 in 2, 55.3 with 32
+// unsplit; f16-narrow-ab.txt): a dequantized weight fragment then serves fewer tokens, and the
+// dequantization, the same work per weight at any width, is what a tile pays for.
 constexpr int64_t QG_F16_SPLIT256_MIN_K = 8192;
 inline int f16_tile_tokens(int64_t N, int64_t M, int64_t K, int sms) {
     if (N <= 128) return N <= 16 ? 16 : N <= 32 ? 32 : N <= 64 ? 64 : 128;
     const int64_t rows = (M + QG_F16_TILE - 1) / QG_F16_TILE, n128 = (N + 127) / 128, n256 = (N + 255) / 256;
     const int64_t w128 = (rows * n128 + sms - 1) / sms, w256 = (rows * n256 + sms - 1) / sms;
     if (10 * w128 > 17 * w256) return 256;
-    const bool split_pays = 2 * n256 == n128 && f16_tile_splits(rows * n256, K, sms) > 1 &&
-                            f16_tile_splits(rows * n128, K, sms) == 1 && K >= QG_F16_SPLIT256_MIN_K;
+    const bool split_pays = 2 * n256 == n128 && f16_tile_splits(rows * n256, K, sms) > 1 && K >= QG_F16_SPLIT256_MIN_K;
     return split_pays ? 256 : 128;
 }
 // The launch: tokens per tile, splits of K, and how many tiles run whole. CTAs run in waves of one
