@@ -106,6 +106,12 @@
 // ring, issued by lane 0, slower at every distance (one token: 15.4 -> 16.2 to 17.9 us per call);
 // the quantizer's shared-memory carveout set to the decode kernel's, no change. A kernel that only
 // reads these weights takes 12.1 us on the H100 (read-ceiling-h100.txt), this kernel 14.3.
+// Tried and lost (H200, four builds run in turn twice, weights cold, N = 1 to 8 on the three Llama-3-8B
+// shapes; bench_results/nvidia-h200/2026-11-29/decode-dp2-lb-ab.txt): a block's 8 dp4a per token as two
+// chains of 4 (the same integers), and the 3-stage instances (one CTA per SM) freed of the 128-register
+// cap that 2 CTAs per SM need (ptxas then gives them 108 and 130): every cell within 0.98 to 1.04 of
+// before, geometric means 1.003 and 1.000. Each token past the first costs the long rows 1 to 2.6 us
+// here, and neither the dp4a chain nor the register cap is what it pays for.
 // Needs sm_80 (cp.async); the registry's min_sm makes gemm() refuse older GPUs with a clear error.
 #pragma once
 #include <algorithm>
