@@ -94,8 +94,8 @@ inline int f16_tile_splits(int64_t tiles, int64_t K, int sms) {
 // 512, 8 % more at K = 14336). The same holds where the 128-token tiles split K too (M = 4096, N = 129
 // to 256: 32 tiles in 4 splits against 64 in 2): each CTA dequantizes half the weights for the same
 // tensor work, 3 to 15 % less time at K = 14336 (Q8_0 N = 192 63.6 -> 55.2 us, N = 256 61.1 -> 57.5),
-// up to 7 % more at K = 4096, where only Q8_0 at 160 and 192 tokens gained (f16-w256-ab.txt). QG_F16_SPLIT256_MIN_K, between the two, is not
-// measured.
+// up to 7 % more at K = 4096, where only Q8_0 at 160 and 192 tokens gained (f16-w256-ab.txt).
+// QG_F16_SPLIT256_MIN_K, between the two lengths, is not measured.
 // Tried and lost: narrower tiles instead of a split (M = 4096, 24 to 256 tokens: the width halved
 // once, or until the tiles fill the SMs unsplit), slower in all but one cell, up to 2.2x at K = 14336
 // (Q4_0 4096 x 14336 N = 128 32.8 us with 128-token tiles in 4 splits, 38.2 with 64 in 2, 55.3 with 32
